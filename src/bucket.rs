@@ -1,0 +1,405 @@
+//! [`TokenBucket`]: one atomic word, one compare-exchange loop.
+
+use core::fmt;
+use core::time::Duration;
+
+use crate::clock::{duration_to_ticks_floor, ticks_to_duration_ceil, Clock};
+use crate::params::Params;
+use crate::word::{DefaultWord, Word};
+use crate::{ConfigError, Denied, Quota};
+
+/// A lock-free token bucket whose whole state is one atomic word.
+///
+/// Tokens accrue at the quota's rate up to its burst; acquiring `n` spends `n`. The refill is
+/// computed from the clock on each call, exactly, in integers: nothing runs in the background and
+/// over any span the grants equal `floor(start fill + rate × elapsed)`, capped by the burst. Every
+/// call reads the clock once and runs one compare-exchange loop; none blocks, allocates, divides
+/// on the grant path or panics.
+///
+/// ```
+/// use core::time::Duration;
+/// use tollgate::{Denied, ManualClock, Quota, Rate, TokenBucket};
+///
+/// let clock = ManualClock::new();
+/// let bucket = TokenBucket::try_new(Quota::new(Rate::per_second(2)).burst(5), &clock)?;
+///
+/// for _ in 0..5 {
+///     assert!(bucket.try_acquire(1).is_ok()); // the burst
+/// }
+/// assert_eq!(
+///     bucket.try_acquire(1),
+///     Err(Denied::Insufficient { retry_after: Duration::from_millis(500) })
+/// );
+/// clock.advance(Duration::from_millis(500));
+/// assert!(bucket.try_acquire(1).is_ok());
+/// assert_eq!(bucket.try_acquire(6), Err(Denied::ExceedsCapacity { burst: 5 }));
+/// # Ok::<(), tollgate::ConfigError>(())
+/// ```
+///
+/// A bucket can live in a `static`; a bad constant quota is then a compile error:
+///
+/// ```
+/// use tollgate::{ManualClock, Quota, Rate, TokenBucket};
+///
+/// static CLOCK: ManualClock = ManualClock::new();
+/// static GATE: TokenBucket<&ManualClock> =
+///     TokenBucket::new(Quota::new(Rate::per_second(10)).start_empty(), &CLOCK);
+///
+/// assert!(GATE.try_acquire(1).is_err()); // it started empty at its first use
+/// ```
+///
+/// `W` is the width of the word: [`DefaultWord`] unless chosen with
+/// [`try_new_with_word`](Self::try_new_with_word).
+pub struct TokenBucket<C, W: Word = DefaultWord> {
+    word: W::Atomic,
+    params: Params,
+    quota: Quota,
+    clock: C,
+}
+
+/// Tokens taken now for use at a later instant: the result of [`TokenBucket::reserve`].
+///
+/// Reservations are served in the order they were made. Act after [`wait`](Self::wait), or give
+/// the tokens back with [`TokenBucket::cancel`].
+#[derive(Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[must_use = "the tokens are taken: act after `wait()`, or give them back with `cancel`"]
+pub struct Reservation {
+    tokens: u32,
+    /// The bucket's word when this reservation was granted: the instant, in units, it is due.
+    due_units: u64,
+    /// The clock tick at which it is due.
+    due_ticks: u64,
+    wait: Duration,
+}
+
+impl Reservation {
+    /// How long after the reservation was made the caller may act. Zero when it may act at once.
+    pub fn wait(&self) -> Duration {
+        self.wait
+    }
+
+    /// The clock tick at which the caller may act.
+    pub fn due_ticks(&self) -> u64 {
+        self.due_ticks
+    }
+
+    /// The tokens reserved.
+    pub fn tokens(&self) -> u32 {
+        self.tokens
+    }
+}
+
+impl<C: Clock> TokenBucket<C> {
+    /// A bucket on the [`DefaultWord`], for `const` and `static` use. It reads its clock at its
+    /// first use, and its start fill takes effect then.
+    ///
+    /// # Panics
+    ///
+    /// When the quota cannot be used on this clock (see [`ConfigError`]): in a `const` or
+    /// `static` that is a compile error. Use [`try_new`](Self::try_new) for quotas known only at
+    /// run time.
+    #[cfg(not(loom))]
+    pub const fn new(quota: Quota, clock: C) -> Self {
+        Self::new_with_word(quota, clock)
+    }
+
+    /// A bucket on the [`DefaultWord`] (non-`const` under loom).
+    #[cfg(loom)]
+    pub fn new(quota: Quota, clock: C) -> Self {
+        Self::new_with_word(quota, clock)
+    }
+
+    /// A bucket on the [`DefaultWord`]. Reads the clock and applies the start fill now.
+    pub fn try_new(quota: Quota, clock: C) -> Result<Self, ConfigError> {
+        Self::try_new_with_word(quota, clock)
+    }
+}
+
+impl<C: Clock, W: Word> TokenBucket<C, W> {
+    /// Like [`new`](TokenBucket::new), on the word `W`.
+    #[cfg(not(loom))]
+    pub const fn new_with_word(quota: Quota, clock: C) -> Self {
+        let params = match Params::solve(&quota, C::TICKS_PER_SECOND, W::BITS) {
+            Ok(params) => params,
+            Err(error) => panic!("{}", error.message()),
+        };
+        Self {
+            word: W::UNUSED,
+            params,
+            quota,
+            clock,
+        }
+    }
+
+    /// Like [`new`](TokenBucket::new), on the word `W` (non-`const` under loom).
+    #[cfg(loom)]
+    pub fn new_with_word(quota: Quota, clock: C) -> Self {
+        let params = match Params::solve(&quota, C::TICKS_PER_SECOND, W::BITS) {
+            Ok(params) => params,
+            Err(error) => panic!("{}", error.message()),
+        };
+        Self {
+            word: W::cell(params.unused),
+            params,
+            quota,
+            clock,
+        }
+    }
+
+    /// Like [`try_new`](TokenBucket::try_new), on the word `W`.
+    ///
+    /// ```
+    /// use tollgate::{ManualClock, Quota, Rate, TokenBucket};
+    ///
+    /// let clock = ManualClock::new();
+    /// let small = TokenBucket::<_, u32>::try_new_with_word(Quota::new(Rate::per_second(5)), &clock)?;
+    /// assert!(small.try_acquire(5).is_ok());
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn try_new_with_word(quota: Quota, clock: C) -> Result<Self, ConfigError> {
+        let params = Params::solve(&quota, C::TICKS_PER_SECOND, W::BITS)?;
+        let word = params.fresh(params.units_at(clock.now()));
+        Ok(Self {
+            word: W::cell(word),
+            params,
+            quota,
+            clock,
+        })
+    }
+
+    /// Takes `n` tokens now, or says how long until it could.
+    ///
+    /// Never waits. `n = 0` always succeeds; `n` above the burst is
+    /// [`Denied::ExceedsCapacity`] at once. A denial takes nothing.
+    #[inline]
+    pub fn try_acquire(&self, n: u32) -> Result<(), Denied> {
+        if n == 0 {
+            return Ok(());
+        }
+        let cost = self.cost(n)?;
+        let now = self.clock.now();
+        let p = &self.params;
+        self.update(now, |word, now_units| {
+            match p.take(word, now_units, cost, 0) {
+                Ok((word, _)) => Ok((word, ())),
+                Err(short) => Err(Denied::Insufficient {
+                    retry_after: ticks_to_duration_ceil::<C>(p.ticks_until(now, short)),
+                }),
+            }
+        })
+    }
+
+    /// Takes `n` tokens now for use when they have accrued, if that is within `max_wait`.
+    ///
+    /// Reservations queue in arrival order: each runs the bucket further into debt and is due
+    /// when that debt is paid. If the wait would exceed `max_wait`, nothing is taken and
+    /// `retry_after` says when the same call would succeed. Debt is bounded by the word (decades
+    /// on the 64-bit word), so even `max_wait = Duration::MAX` cannot wrap it.
+    ///
+    /// ```
+    /// use core::time::Duration;
+    /// use tollgate::{ManualClock, Quota, Rate, TokenBucket};
+    ///
+    /// let clock = ManualClock::new();
+    /// let bucket = TokenBucket::try_new(Quota::new(Rate::per_second(5)).start_empty(), &clock)?;
+    /// let first = bucket.reserve(1, Duration::from_secs(1)).unwrap();
+    /// let second = bucket.reserve(1, Duration::from_secs(1)).unwrap();
+    /// assert_eq!(first.wait(), Duration::from_millis(200));
+    /// assert_eq!(second.wait(), Duration::from_millis(400));
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn reserve(&self, n: u32, max_wait: Duration) -> Result<Reservation, Denied> {
+        let now = self.clock.now();
+        if n == 0 {
+            return Ok(Reservation {
+                tokens: 0,
+                due_units: 0,
+                due_ticks: now,
+                wait: Duration::ZERO,
+            });
+        }
+        let cost = self.cost(n)?;
+        let max_wait_ticks = duration_to_ticks_floor::<C>(max_wait);
+        let p = &self.params;
+        self.update(now, |word, now_units| {
+            let (due_units, wait_ticks) = match p.take(word, now_units, cost, p.max_debt_units) {
+                Ok((word, debt)) => (word, p.ticks_until(now, debt)),
+                Err(beyond) => {
+                    let wait = p.ticks_until(now, beyond + p.max_debt_units);
+                    let retry = p
+                        .ticks_until(now, beyond)
+                        .max(wait.saturating_sub(max_wait_ticks));
+                    return Err(Denied::Insufficient {
+                        retry_after: ticks_to_duration_ceil::<C>(retry),
+                    });
+                }
+            };
+            if wait_ticks > max_wait_ticks {
+                return Err(Denied::Insufficient {
+                    retry_after: ticks_to_duration_ceil::<C>(wait_ticks - max_wait_ticks),
+                });
+            }
+            let reservation = Reservation {
+                tokens: n,
+                due_units,
+                due_ticks: now.wrapping_add(wait_ticks),
+                wait: ticks_to_duration_ceil::<C>(wait_ticks),
+            };
+            Ok((due_units, reservation))
+        })
+    }
+
+    /// Gives a reservation's tokens back: all of them, less those that reservations made after
+    /// it have already counted on, and none once it is due (the rule of Go's `CancelAt`). Never
+    /// gives back more than was taken, and never fills the bucket beyond its burst.
+    ///
+    /// Pass only reservations made by this bucket.
+    pub fn cancel(&self, reservation: Reservation) {
+        if reservation.tokens == 0 {
+            return;
+        }
+        let Ok(cost) = self.cost(reservation.tokens) else {
+            return;
+        };
+        let p = &self.params;
+        let due = reservation.due_units;
+        let _nothing_to_give_back = self.update(self.clock.now(), |word, now_units| {
+            p.give_back(word, now_units, due, cost)
+                .map(|word| (word, ()))
+                .ok_or(())
+        });
+    }
+
+    /// Whole tokens in the bucket now; 0 while reservations hold it in debt.
+    pub fn available(&self) -> u64 {
+        let p = &self.params;
+        let word = W::load(&self.word);
+        if word == p.unused {
+            return self.quota.start_fill();
+        }
+        p.tokens(word, p.units_at(self.clock.now()))
+    }
+
+    /// Keeps an idle bucket readable for another [`idle_horizon`](Self::idle_horizon): a full
+    /// bucket is re-anchored at now; any other bucket is left as it is. Changes no decision.
+    ///
+    /// Only the 32-bit word needs it, from a timer or a main loop at least once per horizon.
+    pub fn touch(&self) {
+        let p = &self.params;
+        let _already_fresh = self.update(self.clock.now(), |word, now_units| {
+            p.refreshed(word, now_units)
+                .map(|word| (word, ()))
+                .ok_or(())
+        });
+    }
+
+    /// How long the bucket may go untouched and still read correctly: at least a century on the
+    /// 64-bit word (a quarter of the clock's own range above 1.46 GHz); on the 32-bit word,
+    /// an hour where the rate and clock allow, and whatever they allow otherwise. An idle
+    /// bucket past its horizon reads as empty until it refills again, never as fuller; call
+    /// [`touch`](Self::touch) within it to avoid that.
+    pub fn idle_horizon(&self) -> Duration {
+        let ticks = self.params.horizon_ticks;
+        let per_second = C::TICKS_PER_SECOND;
+        let nanos = (ticks % per_second) as u128 * 1_000_000_000 / per_second as u128;
+        Duration::new(ticks / per_second, nanos as u32)
+    }
+
+    /// The resolution to which the bucket reads its clock: one tick, or the power of two of
+    /// ticks that the word's layout needed (see the crate docs). Decisions are exact for the
+    /// clock read to this resolution.
+    pub fn resolution(&self) -> Duration {
+        ticks_to_duration_ceil::<C>(1 << self.params.shift)
+    }
+
+    /// The quota this bucket was built from.
+    pub fn quota(&self) -> &Quota {
+        &self.quota
+    }
+
+    /// The clock this bucket reads.
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+
+    /// The cost of `n` tokens in units, or `ExceedsCapacity`.
+    #[inline]
+    fn cost(&self, n: u32) -> Result<u64, Denied> {
+        let p = &self.params;
+        if n as u64 > p.burst {
+            return Err(Denied::ExceedsCapacity { burst: p.burst });
+        }
+        // n <= burst and burst × units_per_token < 2^62: no overflow.
+        Ok(n as u64 * p.units_per_token.get())
+    }
+
+    /// The CAS driver: runs `transition(word, now_units)` against the current word until the
+    /// compare-exchange lands, or returns its error without writing.
+    #[inline]
+    fn update<T, E>(
+        &self,
+        now_ticks: u64,
+        mut transition: impl FnMut(u64, u64) -> Result<(u64, T), E>,
+    ) -> Result<T, E> {
+        let now_units = self.params.units_at(now_ticks);
+        let mut word = W::load(&self.word);
+        if word == self.params.unused {
+            word = self.first_use(now_units);
+        }
+        loop {
+            let (new, out) = transition(word, now_units)?;
+            match W::compare_exchange(&self.word, word, new) {
+                Ok(()) => return Ok(out),
+                Err(actual) => word = actual,
+            }
+        }
+    }
+
+    /// Applies the start fill at the first use of a `const`-built bucket. Written even if the
+    /// first request is then denied, so that the start instant does not slide with each call.
+    #[cold]
+    fn first_use(&self, now_units: u64) -> u64 {
+        let fresh = self.params.fresh(now_units);
+        loop {
+            match W::compare_exchange(&self.word, self.params.unused, fresh) {
+                Ok(()) => return fresh,
+                Err(actual) if actual != self.params.unused => return actual,
+                Err(_spurious) => {}
+            }
+        }
+    }
+}
+
+impl<C: fmt::Debug, W: Word> fmt::Debug for TokenBucket<C, W> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TokenBucket")
+            .field("quota", &self.quota)
+            .field("word", &W::load(&self.word))
+            .field("clock", &self.clock)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{ManualClock, Rate};
+
+    #[test]
+    fn the_bucket_is_small() {
+        assert_eq!(core::mem::size_of::<Reservation>(), 40);
+        assert!(core::mem::size_of::<TokenBucket<ManualClock>>() <= 192);
+    }
+
+    #[test]
+    fn never_used_mark_is_never_stored() {
+        // A transition landing exactly on the mark stores the next unit instead.
+        let p =
+            Params::solve(&Quota::new(Rate::per_second(1)).burst(1), 1_000_000_000, 64).unwrap();
+        let mark = p.unused;
+        let full = mark.wrapping_sub(p.burst_units);
+        let (word, _) = p.take(full, mark, p.units_per_token.get(), 0).unwrap();
+        assert_eq!(word, mark.wrapping_add(1));
+    }
+}

@@ -1,0 +1,108 @@
+//! Why a request was denied, and why a configuration was refused.
+
+use core::fmt;
+use core::time::Duration;
+
+/// Why a bucket did not grant a request. A denial changes nothing in the bucket.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum Denied {
+    /// Not enough tokens now. Asking again after `retry_after` succeeds, unless other callers
+    /// take the tokens first.
+    Insufficient {
+        /// How long until the request would be granted: exact, rounded up to the nanosecond.
+        retry_after: Duration,
+    },
+    /// The request is larger than the bucket can ever hold, so no wait would help.
+    ExceedsCapacity {
+        /// The bucket's capacity.
+        burst: u64,
+    },
+}
+
+impl Denied {
+    /// How long until the request would be granted; `None` when it never would.
+    pub const fn retry_after(&self) -> Option<Duration> {
+        match *self {
+            Denied::Insufficient { retry_after } => Some(retry_after),
+            Denied::ExceedsCapacity { .. } => None,
+        }
+    }
+}
+
+impl fmt::Display for Denied {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Denied::Insufficient { retry_after } => {
+                write!(f, "rate limited: retry after {retry_after:?}")
+            }
+            Denied::ExceedsCapacity { burst } => write!(
+                f,
+                "request exceeds the bucket's capacity of {burst} tokens and can never be granted"
+            ),
+        }
+    }
+}
+
+impl core::error::Error for Denied {}
+
+/// Why a bucket could not be built from a quota and a clock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The rate grants no tokens.
+    ZeroRate,
+    /// The rate's period is zero.
+    ZeroPeriod,
+    /// A sizing helper overflowed, divided by zero or removed more than 100 per cent, or the
+    /// period exceeds 584 years.
+    RateOutOfRange,
+    /// The burst is zero: such a bucket could grant nothing.
+    ZeroBurst,
+    /// The bucket would start with more tokens than it holds.
+    StartAboveBurst {
+        /// The start fill asked for.
+        start: u64,
+        /// The capacity.
+        burst: u64,
+    },
+    /// The clock's `TICKS_PER_SECOND` is zero.
+    ZeroClockFrequency,
+    /// The word cannot hold this rate and burst exactly on this clock: a century of idle time
+    /// (one hour for the 32-bit word) at this rate, or the burst itself, needs more distinct
+    /// instants than the word has. Count tokens in coarser units, or lower the burst.
+    Unrepresentable,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.message())?;
+        if let ConfigError::StartAboveBurst { start, burst } = self {
+            write!(f, " ({start} > {burst})")?;
+        }
+        Ok(())
+    }
+}
+
+impl ConfigError {
+    /// A one-line description, usable in `const` panics.
+    pub(crate) const fn message(&self) -> &'static str {
+        match self {
+            ConfigError::ZeroRate => "rate is zero",
+            ConfigError::ZeroPeriod => "rate period is zero",
+            ConfigError::RateOutOfRange => {
+                "rate out of range: a sizing helper overflowed, divided by zero or removed more than 100 %"
+            }
+            ConfigError::ZeroBurst => "burst is zero",
+            ConfigError::StartAboveBurst { .. } => "start fill is above the burst",
+            ConfigError::ZeroClockFrequency => "clock has zero ticks per second",
+            ConfigError::Unrepresentable => {
+                "rate and burst cannot be held exactly in the bucket's word on this clock; count tokens in coarser units or lower the burst"
+            }
+        }
+    }
+}
+
+impl core::error::Error for ConfigError {}

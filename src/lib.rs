@@ -1,0 +1,85 @@
+//! # tollgate
+//!
+//! A token-bucket rate limiter whose whole state is one atomic word, updated by a
+//! compare-exchange loop against a clock the caller injects. `no_std`, no heap, no lock, no
+//! floating point, no background timer: it runs the same on a Cortex-M0 in an interrupt handler
+//! and on a server path making ten million checks a second.
+//!
+//! ```
+//! use core::time::Duration;
+//! use tollgate::{Denied, ManualClock, Quota, Rate, TokenBucket};
+//!
+//! let clock = ManualClock::new();
+//! let bucket = TokenBucket::try_new(Quota::new(Rate::per_second(2)).burst(5), &clock)?;
+//!
+//! // Twelve requests 0.2 s apart: the burst of five, then two a second.
+//! let mut allowed = Vec::new();
+//! for _ in 0..12 {
+//!     allowed.push(bucket.try_acquire(1).is_ok());
+//!     clock.advance(Duration::from_millis(200));
+//! }
+//! let (y, n) = (true, false);
+//! assert_eq!(allowed, [y, y, y, y, y, y, y, n, y, n, y, n]);
+//! # Ok::<(), tollgate::ConfigError>(())
+//! ```
+//!
+//! ## The model
+//!
+//! A bucket has a [`Rate`] (tokens per period), a burst (the most it holds) and a fill at start.
+//! Tokens accrue continuously at the rate and stop at the burst; acquiring `n` spends `n`. The
+//! word holds the instant at which the bucket would be empty given every grant so far (the GCRA
+//! "theoretical arrival time" shifted by the burst), in integer units in which both a clock tick
+//! and a token are whole numbers. So grants are exact: over any span they equal
+//! `floor(start fill + rate × elapsed)`, capped by the burst, with no drift and no rounding.
+//!
+//! Where a rate and clock need more distinct instants than the word holds for a century of idle
+//! time (171 per minute on a nanosecond clock, say), the bucket reads its clock to a power of two
+//! of ticks instead (32 ns there, see [`TokenBucket::resolution`]), and is exact for the clock
+//! read that way. A configuration the word cannot hold even then is a [`ConfigError`], never a
+//! wrong answer.
+//!
+//! ## Features
+//!
+//! | feature | default | what it adds |
+//! |---|---|---|
+//! | `std` | yes | [`StdClock`] |
+//! | `defmt` | no | `defmt::Format` on the public types |
+//!
+//! Without `std` the crate is `no_std` and needs only atomics. On targets without
+//! compare-and-swap (thumbv6m, riscv32imc) the final firmware chooses how portable-atomic
+//! provides it (its `critical-section` feature or `--cfg portable_atomic_unsafe_assume_single_core`);
+//! this crate never does.
+//!
+//! ## Guarantees
+//!
+//! - No more tokens than `burst + rate × elapsed`, under any interleaving of threads or interrupts.
+//! - A denial changes nothing and says exactly when to retry ([`Denied::Insufficient`]).
+//! - A request larger than the burst fails at once ([`Denied::ExceedsCapacity`]), never waits.
+//! - A clock that steps backwards mints nothing: the bucket reads the step as time not yet earned.
+//! - Nothing in a call allocates or panics; arithmetic on the word wraps by design and every
+//!   other operation is checked at construction.
+
+#![no_std]
+#![cfg_attr(docsrs, feature(doc_auto_cfg))]
+
+#[cfg(any(feature = "std", test))]
+extern crate std;
+
+mod bucket;
+mod clock;
+mod error;
+mod params;
+mod rate;
+mod sync;
+mod transition;
+mod word;
+
+pub use bucket::{Reservation, TokenBucket};
+pub use clock::Clock;
+#[cfg(any(loom, target_has_atomic = "64"))]
+pub use clock::ManualClock;
+#[cfg(feature = "std")]
+pub use clock::StdClock;
+pub use error::{ConfigError, Denied};
+pub use rate::{Quota, Rate};
+pub use word::{DefaultWord, Word};

@@ -1,0 +1,393 @@
+//! [`Rate`] and [`Quota`]: exact rational rates and the shape of a bucket.
+
+use core::fmt;
+use core::time::Duration;
+
+const NANOS_PER_SECOND: u64 = 1_000_000_000;
+
+/// A rate of tokens per period, kept as an exact fraction.
+///
+/// Rates are rational, never floating point: `Rate::per_minute(600)` less 5 % less 10 % divided
+/// across 3 jobs is exactly 171 per minute, and 100 per second less 10 % divided by 4 is exactly
+/// 45 per 2 seconds (22.5 per second).
+///
+/// ```
+/// use core::time::Duration;
+/// use tollgate::Rate;
+///
+/// let per_job = Rate::per_minute(600).minus_percent(5).minus_percent(10).divided_by(3);
+/// assert_eq!(per_job, Rate::per_minute(171));
+///
+/// let per_replica = Rate::per_second(100).minus_percent(10).divided_by(4);
+/// assert_eq!(per_replica, Rate::new(45, Duration::from_secs(2)));
+/// ```
+///
+/// Constructors are `const` and never panic. A rate that makes no sense (zero tokens, a zero
+/// period, a helper that overflowed or removed more than everything) is carried as it is and
+/// reported as a [`ConfigError`](crate::ConfigError) when a bucket is built from it.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Rate {
+    /// Tokens per `per_ns`, in lowest terms with `per_ns`.
+    tokens: u64,
+    per_ns: u64,
+    /// A sizing helper overflowed or asked for a negative rate.
+    out_of_range: bool,
+}
+
+impl Rate {
+    /// `tokens` per `period`. A period longer than `u64::MAX` nanoseconds (584 years) is out of
+    /// range.
+    pub const fn new(tokens: u64, period: Duration) -> Self {
+        let per_ns = period.as_nanos();
+        if per_ns > u64::MAX as u128 {
+            return Self::OUT_OF_RANGE;
+        }
+        Self::reduced(tokens as u128, per_ns)
+    }
+
+    /// `tokens` per second.
+    pub const fn per_second(tokens: u64) -> Self {
+        Self::reduced(tokens as u128, NANOS_PER_SECOND as u128)
+    }
+
+    /// `tokens` per minute.
+    pub const fn per_minute(tokens: u64) -> Self {
+        Self::reduced(tokens as u128, 60 * NANOS_PER_SECOND as u128)
+    }
+
+    /// `tokens` per hour.
+    pub const fn per_hour(tokens: u64) -> Self {
+        Self::reduced(tokens as u128, 3_600 * NANOS_PER_SECOND as u128)
+    }
+
+    /// `tokens` per day (86 400 seconds).
+    pub const fn per_day(tokens: u64) -> Self {
+        Self::reduced(tokens as u128, 86_400 * NANOS_PER_SECOND as u128)
+    }
+
+    /// This rate less `percent` per cent, exactly: a safety margin for clock skew or retries.
+    ///
+    /// More than 100 per cent is out of range; exactly 100 leaves a zero rate. Both are reported
+    /// when a bucket is built.
+    pub const fn minus_percent(self, percent: u32) -> Self {
+        if self.out_of_range || percent > 100 {
+            return Self::OUT_OF_RANGE;
+        }
+        Self::reduced(
+            self.tokens as u128 * (100 - percent) as u128,
+            self.per_ns as u128 * 100,
+        )
+    }
+
+    /// This rate divided evenly among `parts` replicas, jobs or workers, exactly.
+    ///
+    /// Dividing by zero is out of range, reported when a bucket is built.
+    pub const fn divided_by(self, parts: u64) -> Self {
+        if self.out_of_range || parts == 0 {
+            return Self::OUT_OF_RANGE;
+        }
+        Self::reduced(self.tokens as u128, self.per_ns as u128 * parts as u128)
+    }
+
+    /// The tokens in one [`period`](Self::period), in lowest terms.
+    pub const fn tokens(&self) -> u64 {
+        self.tokens
+    }
+
+    /// The period over which [`tokens`](Self::tokens) accrue, in lowest terms.
+    pub const fn period(&self) -> Duration {
+        Duration::from_nanos(self.per_ns)
+    }
+
+    /// The period in nanoseconds.
+    pub(crate) const fn period_ns(&self) -> u64 {
+        self.per_ns
+    }
+
+    pub(crate) const fn is_out_of_range(&self) -> bool {
+        self.out_of_range
+    }
+
+    /// Whole tokens accrued in one second, at least 1: the default burst.
+    pub(crate) const fn one_second_at_least_one(&self) -> u64 {
+        if self.per_ns == 0 {
+            return 1;
+        }
+        let per_second = self.tokens as u128 * NANOS_PER_SECOND as u128 / self.per_ns as u128;
+        if per_second == 0 {
+            1
+        } else if per_second > u64::MAX as u128 {
+            u64::MAX
+        } else {
+            per_second as u64
+        }
+    }
+
+    const OUT_OF_RANGE: Self = Self {
+        tokens: 0,
+        per_ns: 0,
+        out_of_range: true,
+    };
+
+    const fn reduced(tokens: u128, per_ns: u128) -> Self {
+        let g = gcd(tokens, per_ns);
+        let (tokens, per_ns) = if g == 0 {
+            (0, 0)
+        } else {
+            (tokens / g, per_ns / g)
+        };
+        if tokens > u64::MAX as u128 || per_ns > u64::MAX as u128 {
+            return Self::OUT_OF_RANGE;
+        }
+        Self {
+            tokens: tokens as u64,
+            per_ns: per_ns as u64,
+            out_of_range: false,
+        }
+    }
+}
+
+/// Greatest common divisor; `gcd(0, x) = x`.
+pub(crate) const fn gcd(mut a: u128, mut b: u128) -> u128 {
+    while b != 0 {
+        let r = a % b;
+        a = b;
+        b = r;
+    }
+    a
+}
+
+impl fmt::Debug for Rate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+impl fmt::Display for Rate {
+    /// `171 per minute`, `1350 per minute` for 22.5 per second, `3 per 700 ms`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.out_of_range {
+            return f.write_str("rate out of range");
+        }
+        // The smallest common unit that is a whole number of periods: 57 per 20 s reads as
+        // 171 per minute.
+        const WHOLE: [(u64, &str); 4] = [
+            (NANOS_PER_SECOND, "second"),
+            (60 * NANOS_PER_SECOND, "minute"),
+            (3_600 * NANOS_PER_SECOND, "hour"),
+            (86_400 * NANOS_PER_SECOND, "day"),
+        ];
+        for (unit_ns, name) in WHOLE {
+            if self.per_ns != 0 && unit_ns % self.per_ns == 0 {
+                let tokens = self.tokens as u128 * (unit_ns / self.per_ns) as u128;
+                return write!(f, "{tokens} per {name}");
+            }
+        }
+        write!(f, "{} per ", self.tokens)?;
+        const UNITS: [(u64, &str); 7] = [
+            (86_400 * NANOS_PER_SECOND, "days"),
+            (3_600 * NANOS_PER_SECOND, "h"),
+            (60 * NANOS_PER_SECOND, "min"),
+            (NANOS_PER_SECOND, "s"),
+            (1_000_000, "ms"),
+            (1_000, "µs"),
+            (1, "ns"),
+        ];
+        for (unit_ns, name) in UNITS {
+            if self.per_ns != 0 && self.per_ns % unit_ns == 0 {
+                return write!(f, "{} {name}", self.per_ns / unit_ns);
+            }
+        }
+        f.write_str("0 ns")
+    }
+}
+
+#[cfg(feature = "defmt")]
+impl defmt::Format for Rate {
+    fn format(&self, f: defmt::Formatter<'_>) {
+        defmt::write!(f, "{=u64} per {=u64} ns", self.tokens, self.per_ns)
+    }
+}
+
+/// How full a bucket is when it starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+enum Start {
+    Full,
+    Empty,
+    With(u64),
+}
+
+/// The shape of a bucket: its [`Rate`], its burst (capacity) and how full it starts.
+///
+/// ```
+/// use tollgate::{Quota, Rate};
+///
+/// let quota = Quota::new(Rate::per_second(2)).burst(5); // starts full
+/// assert_eq!(quota.burst_size(), 5);
+/// assert_eq!(quota.start_empty().start_fill(), 0);
+/// assert_eq!(quota.start_with(3).start_fill(), 3);
+///
+/// // The default burst is one second of rate, at least one token.
+/// assert_eq!(Quota::new(Rate::per_minute(171)).burst_size(), 2);
+/// assert_eq!(Quota::new(Rate::per_hour(10)).burst_size(), 1);
+/// ```
+///
+/// Like [`Rate`], every method is `const` and never panics; a zero burst or a start above the
+/// burst is reported when a bucket is built.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct Quota {
+    rate: Rate,
+    burst: Option<u64>,
+    start: Start,
+}
+
+impl Quota {
+    /// A bucket filling at `rate`, holding one second of it (at least one token), starting full.
+    pub const fn new(rate: Rate) -> Self {
+        Self {
+            rate,
+            burst: None,
+            start: Start::Full,
+        }
+    }
+
+    /// The most tokens the bucket holds: the largest spike it lets through after an idle spell.
+    pub const fn burst(self, burst: u64) -> Self {
+        Self {
+            burst: Some(burst),
+            ..self
+        }
+    }
+
+    /// Start full (the default): the first burst after start-up passes at once.
+    pub const fn start_full(self) -> Self {
+        Self {
+            start: Start::Full,
+            ..self
+        }
+    }
+
+    /// Start empty, so that a fleet deployed at once ramps in instead of bursting together.
+    pub const fn start_empty(self) -> Self {
+        Self {
+            start: Start::Empty,
+            ..self
+        }
+    }
+
+    /// Start with `tokens` in the bucket.
+    pub const fn start_with(self, tokens: u64) -> Self {
+        Self {
+            start: Start::With(tokens),
+            ..self
+        }
+    }
+
+    /// The rate at which tokens accrue.
+    pub const fn rate(&self) -> Rate {
+        self.rate
+    }
+
+    /// The capacity: the burst set, or one second of rate (at least 1).
+    pub const fn burst_size(&self) -> u64 {
+        match self.burst {
+            Some(burst) => burst,
+            None => self.rate.one_second_at_least_one(),
+        }
+    }
+
+    /// The tokens in the bucket when it starts.
+    pub const fn start_fill(&self) -> u64 {
+        match self.start {
+            Start::Full => self.burst_size(),
+            Start::Empty => 0,
+            Start::With(tokens) => tokens,
+        }
+    }
+}
+
+impl fmt::Display for Quota {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}, burst {}", self.rate, self.burst_size())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::format;
+
+    #[test]
+    fn sizing_helpers_are_exact() {
+        let rows = [
+            (
+                Rate::per_minute(600)
+                    .minus_percent(5)
+                    .minus_percent(10)
+                    .divided_by(3),
+                Rate::per_minute(171),
+            ),
+            (
+                Rate::per_second(100).minus_percent(10).divided_by(4),
+                Rate::new(45, Duration::from_secs(2)),
+            ),
+            (Rate::per_second(10).minus_percent(0), Rate::per_second(10)),
+            (Rate::per_hour(60), Rate::per_minute(1)),
+            (Rate::per_day(24), Rate::per_hour(1)),
+            (
+                Rate::new(3, Duration::from_millis(500)),
+                Rate::per_second(6),
+            ),
+        ];
+        for (got, want) in rows {
+            assert_eq!(got, want);
+        }
+    }
+
+    #[test]
+    fn out_of_range_is_carried_not_panicked() {
+        assert!(Rate::per_second(1).minus_percent(101).is_out_of_range());
+        assert!(Rate::per_second(1).divided_by(0).is_out_of_range());
+        assert!(Rate::new(1, Duration::MAX).is_out_of_range());
+        assert!(Rate::per_second(1)
+            .divided_by(u64::MAX)
+            .divided_by(u64::MAX)
+            .is_out_of_range());
+        assert_eq!(Rate::per_second(7).minus_percent(100).tokens(), 0);
+    }
+
+    #[test]
+    fn display_reads_naturally() {
+        let rows = [
+            (Rate::per_minute(171), "171 per minute"),
+            (
+                Rate::per_second(100).minus_percent(10).divided_by(4),
+                "1350 per minute",
+            ),
+            (Rate::new(4, Duration::from_secs(7)), "1 per 1750 ms"),
+            (Rate::new(3, Duration::from_secs(7)), "3 per 7 s"),
+            (Rate::new(3, Duration::from_millis(500)), "6 per second"),
+            (Rate::new(3, Duration::from_millis(700)), "3 per 700 ms"),
+            (Rate::per_day(5), "5 per day"),
+        ];
+        for (rate, text) in rows {
+            assert_eq!(format!("{rate}"), text);
+        }
+    }
+
+    #[test]
+    fn default_burst_is_one_second_at_least_one() {
+        let rows = [
+            (Rate::per_second(2), 2),
+            (Rate::per_minute(171), 2),
+            (Rate::per_second(100).minus_percent(10).divided_by(4), 22),
+            (Rate::per_day(1), 1),
+            (Rate::new(u64::MAX, Duration::from_nanos(1)), u64::MAX),
+        ];
+        for (rate, burst) in rows {
+            assert_eq!(Quota::new(rate).burst_size(), burst, "{rate}");
+        }
+    }
+}

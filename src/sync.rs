@@ -1,0 +1,17 @@
+//! The one place that chooses atomics: loom's under `cfg(loom)` so models can explore every
+//! interleaving, portable-atomic's otherwise.
+//!
+//! portable-atomic compiles to the core atomics where the target has them. On targets without
+//! compare-and-swap (thumbv6m, riscv32imc) it needs the final firmware to choose how to provide
+//! it (its `critical-section` feature or the `portable_atomic_unsafe_assume_single_core` cfg);
+//! this library never chooses for it. 64-bit cells are used only where the target has native
+//! 64-bit atomics: elsewhere portable-atomic would fall back to a lock.
+
+#[cfg(loom)]
+pub(crate) use loom::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+#[cfg(not(loom))]
+pub(crate) use portable_atomic::{AtomicU32, Ordering};
+
+#[cfg(all(not(loom), target_has_atomic = "64"))]
+pub(crate) use portable_atomic::AtomicU64;

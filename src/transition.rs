@@ -1,0 +1,147 @@
+//! The pure transition: `(old word, now) -> new word, or a denial`. No atomics and no clock, so
+//! the CAS driver, the models and the tests all run the same few lines.
+//!
+//! The word `z` is the instant, in units, at which the bucket would be empty. The *level* at
+//! `now` is `now - z`: the units of tokens in the bucket, negative when reservations have run it
+//! into debt. It reads as `min(level, burst)`. Taking `cost` units leaves `level - cost`; the new
+//! word is `now - (level - cost)`. Arithmetic on instants is modulo the word (`sub`, `add`) and
+//! differences are read as signed (`elapsed`): wrapping by design. Everything else is checked by
+//! construction: the burst and the debt bound each fit in a quarter of the word.
+
+use crate::params::Params;
+
+impl Params {
+    /// The clock reading in units, read to the quantum.
+    #[inline]
+    pub(crate) fn units_at(&self, now_ticks: u64) -> u64 {
+        ((now_ticks >> self.shift) & self.quanta_mask).wrapping_mul(self.units_per_quantum.get())
+            & self.units_mask
+    }
+
+    /// The word a bucket starts from at its first use.
+    pub(crate) fn fresh(&self, now_units: u64) -> u64 {
+        self.keep(self.sub(now_units, self.start_units))
+    }
+
+    /// Takes `cost` units at `now_units`, running at most `max_debt` units into debt.
+    /// `Ok((new word, debt after))`, or `Err(units short beyond max_debt)`.
+    #[inline]
+    pub(crate) fn take(
+        &self,
+        word: u64,
+        now_units: u64,
+        cost: u64,
+        max_debt: u64,
+    ) -> Result<(u64, u64), u64> {
+        let level = self.level(word, now_units);
+        if level >= cost as i64 {
+            return Ok((self.at_level(now_units, level - cost as i64), 0));
+        }
+        // cost - level < 2^62 + 2^63: it fits in a u64 even when the word is far ahead.
+        let short = (cost as i64).wrapping_sub(level) as u64;
+        if short > max_debt {
+            return Err(short - max_debt);
+        }
+        Ok((self.keep(self.add(now_units, short)), short))
+    }
+
+    /// Gives back a reservation of `cost` units that falls due at `due`: all of it, less the
+    /// units reserved after it, and nothing once it is due (Go's `CancelAt` rule).
+    #[inline]
+    pub(crate) fn give_back(&self, word: u64, now_units: u64, due: u64, cost: u64) -> Option<u64> {
+        if self.elapsed(now_units, due) >= 0 {
+            return None;
+        }
+        let overtaken = self.elapsed(word, due).max(0) as u64;
+        let restore = cost.checked_sub(overtaken).filter(|&units| units > 0)?;
+        let level = self.level(word, now_units);
+        let level = level
+            .saturating_add(restore as i64)
+            .min(self.burst_units as i64);
+        Some(self.at_level(now_units, level))
+    }
+
+    /// Re-anchors a full bucket at `now_units` so that its idle horizon starts again.
+    pub(crate) fn refreshed(&self, word: u64, now_units: u64) -> Option<u64> {
+        let full = self.burst_units as i64;
+        (self.elapsed(now_units, word) > full).then(|| self.at_level(now_units, full))
+    }
+
+    /// Whole tokens in the bucket; 0 in debt.
+    pub(crate) fn tokens(&self, word: u64, now_units: u64) -> u64 {
+        self.level(word, now_units).max(0) as u64 / self.units_per_token
+    }
+
+    /// Ticks from `now_ticks` until `units` more have accrued, read to the quantum.
+    #[inline]
+    pub(crate) fn ticks_until(&self, now_ticks: u64, units: u64) -> u64 {
+        if units == 0 {
+            return 0;
+        }
+        let quanta = (units - 1) / self.units_per_quantum + 1;
+        let due = (now_ticks >> self.shift)
+            .wrapping_add(quanta)
+            .wrapping_shl(self.shift);
+        due.wrapping_sub(now_ticks)
+    }
+
+    /// Units in the bucket at `now_units`, at most the burst.
+    #[inline]
+    fn level(&self, word: u64, now_units: u64) -> i64 {
+        self.elapsed(now_units, word).min(self.burst_units as i64)
+    }
+
+    /// The word whose level at `now_units` is `level`.
+    #[inline]
+    fn at_level(&self, now_units: u64, level: i64) -> u64 {
+        let word = if level >= 0 {
+            self.sub(now_units, level as u64)
+        } else {
+            self.add(now_units, level.unsigned_abs())
+        };
+        self.keep(word)
+    }
+
+    /// Units from `from` to `to`, negative when `from` is ahead.
+    #[inline]
+    pub(crate) fn elapsed(&self, to: u64, from: u64) -> i64 {
+        let d = self.sub(to, from);
+        if d >= self.half {
+            d.wrapping_sub(self.modulus) as i64
+        } else {
+            d as i64
+        }
+    }
+
+    /// Never stores the never-used mark: one unit later instead, which grants nothing extra.
+    #[inline]
+    fn keep(&self, word: u64) -> u64 {
+        if word == self.unused {
+            self.add(word, 1)
+        } else {
+            word
+        }
+    }
+
+    /// `a - b` modulo the word, for `a, b` below it.
+    #[inline]
+    fn sub(&self, a: u64, b: u64) -> u64 {
+        let (d, borrow) = a.overflowing_sub(b);
+        if borrow {
+            d.wrapping_add(self.modulus)
+        } else {
+            d
+        }
+    }
+
+    /// `a + b` modulo the word, for `a, b` below it.
+    #[inline]
+    fn add(&self, a: u64, b: u64) -> u64 {
+        let (s, carry) = a.overflowing_add(b);
+        if carry || (self.modulus != 0 && s >= self.modulus) {
+            s.wrapping_sub(self.modulus)
+        } else {
+            s
+        }
+    }
+}
