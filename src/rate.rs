@@ -131,10 +131,9 @@ impl Rate {
 
     const fn reduced(tokens: u128, per_ns: u128) -> Self {
         let g = gcd(tokens, per_ns);
-        let (tokens, per_ns) = if g == 0 {
-            (0, 0)
-        } else {
-            (tokens / g, per_ns / g)
+        let (tokens, per_ns) = match (tokens.checked_div(g), per_ns.checked_div(g)) {
+            (Some(tokens), Some(per_ns)) => (tokens, per_ns),
+            _ => (0, 0), // both zero
         };
         if tokens > u64::MAX as u128 || per_ns > u64::MAX as u128 {
             return Self::OUT_OF_RANGE;
