@@ -44,6 +44,7 @@
 //! |---|---|---|
 //! | `std` | yes | [`StdClock`] |
 //! | `defmt` | no | `defmt::Format` on the public types |
+//! | `embedded-hal` | no | `TokenBucket::acquire_with_delay`: blocking waits through `DelayNs` |
 //!
 //! Without `std` the crate is `no_std` and needs only atomics. On targets without
 //! compare-and-swap (thumbv6m, riscv32imc) the final firmware chooses how portable-atomic
@@ -72,6 +73,7 @@ mod params;
 mod rate;
 mod sync;
 mod transition;
+mod wait;
 mod word;
 
 pub use bucket::{Reservation, TokenBucket};

@@ -1,0 +1,6 @@
+//! Waiting for tokens. Every wait is a reservation: the caller takes its tokens first, then
+//! sleeps until its own instant, so waiters are served in arrival order, each wakes once, and no
+//! lock is held across a sleep.
+
+#[cfg(feature = "embedded-hal")]
+mod delay;
