@@ -310,7 +310,12 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
     /// ticks that the word's layout needed (see the crate docs). Decisions are exact for the
     /// clock read to this resolution.
     pub fn resolution(&self) -> Duration {
-        ticks_to_duration_ceil::<C>(1 << self.params.shift)
+        ticks_to_duration_ceil::<C>(self.resolution_ticks())
+    }
+
+    /// [`resolution`](Self::resolution) in clock ticks: a power of two.
+    pub fn resolution_ticks(&self) -> u64 {
+        1 << self.params.shift
     }
 
     /// The quota this bucket was built from.

@@ -1,0 +1,410 @@
+//! The bucket's behaviour, pinned with a `ManualClock`: tables of (time, n, expected) rows.
+
+use std::sync::Barrier;
+use std::thread;
+use std::time::Duration;
+
+use tollgate::{ConfigError, Denied, ManualClock, Quota, Rate, TokenBucket, Word};
+
+const MS: u64 = 1_000_000;
+
+/// What a row expects.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Expect {
+    /// Granted.
+    Y,
+    /// Denied, retry after this many milliseconds.
+    N(u64),
+    /// Larger than the burst.
+    Never,
+}
+use Expect::{Never, N, Y};
+
+/// Runs rows of (milliseconds since start, n, expected) against a fresh bucket on each word.
+fn run_table(quota: Quota, rows: &[(u64, u32, Expect)]) {
+    run_table_on::<u64>(quota, rows);
+    run_table_on::<u32>(quota, rows);
+}
+
+fn run_table_on<W: Word>(quota: Quota, rows: &[(u64, u32, Expect)]) {
+    let clock = ManualClock::new();
+    let bucket = TokenBucket::<_, W>::try_new_with_word(quota, &clock).unwrap();
+    for &(at_ms, n, expect) in rows {
+        clock.set(at_ms * MS);
+        let got = match bucket.try_acquire(n) {
+            Ok(()) => Y,
+            Err(Denied::Insufficient { retry_after }) => {
+                let ms = retry_after.as_millis() as u64;
+                assert_eq!(retry_after, Duration::from_millis(ms), "exact to the ms");
+                N(ms)
+            }
+            Err(Denied::ExceedsCapacity { burst }) => {
+                assert_eq!(burst, quota.burst_size());
+                Never
+            }
+            Err(other) => panic!("{other:?}"),
+        };
+        assert_eq!(got, expect, "{} bits, t = {at_ms} ms, n = {n}", W::BITS);
+    }
+}
+
+#[test]
+fn twelve_requests_at_two_per_second_with_a_burst_of_five() {
+    // The burst of five, two more on the refill, then allow / block at two a second.
+    run_table(
+        Quota::new(Rate::per_second(2)).burst(5),
+        &[
+            (0, 1, Y),
+            (200, 1, Y),
+            (400, 1, Y),
+            (600, 1, Y),
+            (800, 1, Y),
+            (1_000, 1, Y),
+            (1_200, 1, Y),
+            (1_400, 1, N(100)),
+            (1_600, 1, Y),
+            (1_800, 1, N(200)),
+            (2_000, 1, Y),
+            (2_200, 1, N(300)),
+        ],
+    );
+}
+
+#[test]
+fn denials_take_nothing_and_say_exactly_when() {
+    run_table(
+        Quota::new(Rate::per_second(10)).burst(10),
+        &[
+            (0, 10, Y),
+            (0, 1, N(100)),
+            (0, 1, N(100)), // the denial took nothing
+            (50, 1, N(50)),
+            (50, 3, N(250)),
+            (99, 1, N(1)),
+            (100, 1, Y),
+            (100, 1, N(100)),
+            (1_000, 10, N(100)), // 9 tokens after 900 ms
+            (1_100, 10, Y),
+            (5_000, 11, Never),
+            (5_000, 10, Y), // a full bucket holds exactly the burst
+            (5_000, 0, Y),  // zero tokens always pass, even when empty
+        ],
+    );
+}
+
+#[test]
+fn exact_rational_rates_do_not_drift() {
+    // 22.5 per second: one token every 44 444 444.4… ns. The word reads this clock to 8 ns
+    // (see `resolution`), so the k-th token lands on the first 8 ns step at or after k × 44.4… ms.
+    let quota = Quota::new(Rate::per_second(100).minus_percent(10).divided_by(4))
+        .burst(1)
+        .start_empty();
+    let clock = ManualClock::new();
+    let bucket = TokenBucket::try_new(quota, &clock).unwrap();
+    assert_eq!(bucket.resolution(), Duration::from_nanos(8));
+    let rows: [(u64, Option<u64>); 7] = [
+        (0, Some(44_444_448)),
+        (44_444_447, Some(1)),
+        (44_444_448, None),
+        (44_444_448, Some(44_444_448)),
+        (88_888_895, Some(1)),
+        (88_888_896, None),
+        (3_600_000 * MS, None),
+    ];
+    for (at_ns, retry_ns) in rows {
+        clock.set(at_ns);
+        let expected = match retry_ns {
+            None => Ok(()),
+            Some(ns) => Err(Denied::Insufficient {
+                retry_after: Duration::from_nanos(ns),
+            }),
+        };
+        assert_eq!(bucket.try_acquire(1), expected, "t = {at_ns} ns");
+    }
+    // After an hour exactly 81 000 tokens have accrued since the start, and the next one comes
+    // 44.4 ms later: no drift over 81 000 periods.
+    let clock = ManualClock::new();
+    let bucket = TokenBucket::try_new(quota.burst(100_000), &clock).unwrap();
+    clock.set(3_600_000 * MS);
+    assert_eq!(bucket.available(), 81_000);
+    clock.set(3_600_000 * MS + 44_444_440);
+    assert_eq!(bucket.available(), 81_000);
+    clock.set(3_600_000 * MS + 44_444_448);
+    assert_eq!(bucket.available(), 81_001);
+}
+
+#[test]
+fn start_full_empty_or_with_n() {
+    let rate = Rate::per_second(1);
+    let rows = [
+        (Quota::new(rate).burst(4), 4),
+        (Quota::new(rate).burst(4).start_empty(), 0),
+        (Quota::new(rate).burst(4).start_with(3), 3),
+        (Quota::new(rate).burst(4).start_empty().start_full(), 4),
+        (Quota::new(rate), 1),
+    ];
+    for (quota, fill) in rows {
+        let clock = ManualClock::new();
+        let bucket = TokenBucket::try_new(quota, &clock).unwrap();
+        assert_eq!(bucket.available(), fill, "{quota:?}");
+        for _ in 0..fill {
+            assert_eq!(bucket.try_acquire(1), Ok(()));
+        }
+        assert!(bucket.try_acquire(1).is_err());
+    }
+}
+
+#[test]
+fn a_const_bucket_applies_its_start_fill_at_first_use() {
+    static CLOCK: ManualClock = ManualClock::starting_at(5_000 * MS);
+    static GATE: TokenBucket<&ManualClock> =
+        TokenBucket::new(Quota::new(Rate::per_second(10)).start_empty(), &CLOCK);
+    // Five seconds after the clock's origin, but the bucket's first use: still empty.
+    assert_eq!(GATE.available(), 0);
+    assert_eq!(
+        GATE.try_acquire(1),
+        Err(Denied::Insufficient {
+            retry_after: Duration::from_millis(100)
+        })
+    );
+    // The first use was written although it was denied: the start does not slide.
+    CLOCK.advance(Duration::from_millis(100));
+    assert_eq!(GATE.try_acquire(1), Ok(()));
+}
+
+#[test]
+fn reservations_queue_in_arrival_order() {
+    let clock = ManualClock::new();
+    let bucket = TokenBucket::try_new(
+        Quota::new(Rate::per_second(5)).burst(5).start_empty(),
+        &clock,
+    )
+    .unwrap();
+    let waits: Vec<_> = (1..=5)
+        .map(|_| bucket.reserve(1, Duration::from_secs(10)).unwrap().wait())
+        .collect();
+    let ms = |ms| Duration::from_millis(ms);
+    assert_eq!(waits, [ms(200), ms(400), ms(600), ms(800), ms(1_000)]);
+    // A reservation that would wait past max_wait takes nothing, and says when it would fit.
+    assert_eq!(
+        bucket.reserve(1, ms(1_000)),
+        Err(Denied::Insufficient {
+            retry_after: ms(200)
+        })
+    );
+    assert_eq!(bucket.reserve(1, ms(1_200)).unwrap().wait(), ms(1_200));
+    // In debt, try_acquire is denied until the queue has been served.
+    assert_eq!(
+        bucket.try_acquire(1),
+        Err(Denied::Insufficient {
+            retry_after: ms(1_400)
+        })
+    );
+    assert_eq!(bucket.available(), 0);
+}
+
+#[test]
+fn cancelling_gives_back_only_what_later_reservations_did_not_overtake() {
+    let ms = |ms| Duration::from_millis(ms);
+    let clock = ManualClock::new();
+    let bucket = TokenBucket::try_new(
+        Quota::new(Rate::per_second(1)).burst(5).start_empty(),
+        &clock,
+    )
+    .unwrap();
+    let a = bucket.reserve(3, ms(60_000)).unwrap(); // due at 3 s
+    let b = bucket.reserve(2, ms(60_000)).unwrap(); // due at 5 s
+    assert_eq!((a.wait(), b.wait()), (ms(3_000), ms(5_000)));
+    // b has already counted on two of a's three tokens: a gives back one.
+    bucket.cancel(a);
+    assert_eq!(bucket.reserve(1, ms(60_000)).unwrap().wait(), ms(5_000));
+    // The last reservation gives back all it took.
+    let c = bucket.reserve(1, ms(60_000)).unwrap();
+    assert_eq!(c.wait(), ms(6_000));
+    bucket.cancel(c);
+    assert_eq!(bucket.reserve(1, ms(60_000)).unwrap().wait(), ms(6_000));
+
+    // A reservation that is already due gives back nothing.
+    let clock = ManualClock::new();
+    let bucket = TokenBucket::try_new(
+        Quota::new(Rate::per_second(1)).burst(2).start_empty(),
+        &clock,
+    )
+    .unwrap();
+    let due = bucket.reserve(1, ms(5_000)).unwrap();
+    clock.advance(ms(1_000));
+    bucket.cancel(due);
+    assert_eq!(bucket.available(), 0);
+
+    // Cancelling everything restores the bucket, never beyond its burst.
+    let clock = ManualClock::new();
+    let bucket = TokenBucket::try_new(Quota::new(Rate::per_second(1)).burst(2), &clock).unwrap();
+    let first = bucket.reserve(2, ms(0)).unwrap();
+    let second = bucket.reserve(2, ms(2_000)).unwrap();
+    bucket.cancel(second);
+    bucket.cancel(first); // due at once: already used
+    assert_eq!(bucket.available(), 0);
+    clock.advance(ms(10_000));
+    assert_eq!(bucket.available(), 2);
+}
+
+#[test]
+fn cancelling_in_any_order_never_gives_back_more_than_was_taken() {
+    let ms = |ms| Duration::from_millis(ms);
+    let clock = ManualClock::new();
+    let bucket = TokenBucket::try_new(
+        Quota::new(Rate::per_second(1)).burst(5).start_empty(),
+        &clock,
+    )
+    .unwrap();
+    let a = bucket.reserve(3, ms(60_000)).unwrap();
+    let b = bucket.reserve(2, ms(60_000)).unwrap();
+    bucket.cancel(a); // gives back 1 (b overtook 2)
+    bucket.cancel(b); // gives back 2
+                      // 5 taken, 3 given back: 2 still owed, so the next token is due at 3 s.
+    assert_eq!(
+        bucket.try_acquire(1),
+        Err(Denied::Insufficient {
+            retry_after: ms(3_000)
+        })
+    );
+}
+
+#[test]
+fn n_above_the_burst_fails_at_once_even_in_debt() {
+    let clock = ManualClock::new();
+    let bucket = TokenBucket::try_new(Quota::new(Rate::per_hour(1)).burst(3), &clock).unwrap();
+    let _debt = bucket.reserve(3, Duration::from_secs(100_000)).unwrap();
+    let _more = bucket.reserve(3, Duration::from_secs(100_000)).unwrap();
+    let never = Denied::ExceedsCapacity { burst: 3 };
+    assert_eq!(bucket.try_acquire(4), Err(never));
+    assert_eq!(
+        bucket.reserve(4, Duration::MAX).map(|r| r.wait()),
+        Err(never)
+    );
+    assert_eq!(bucket.try_acquire(u32::MAX), Err(never));
+}
+
+#[test]
+fn a_clock_stepping_backwards_mints_nothing() {
+    let s = |s| Duration::from_secs(s);
+    let clock = ManualClock::starting_at(100 * 1_000 * MS);
+    let bucket = TokenBucket::try_new(Quota::new(Rate::per_second(1)).burst(5), &clock).unwrap();
+    assert_eq!(bucket.try_acquire(5), Ok(()));
+    // The clock steps back ten seconds: the bucket reads that as time not yet earned.
+    clock.set(90 * 1_000 * MS);
+    assert_eq!(bucket.available(), 0);
+    assert_eq!(
+        bucket.try_acquire(1),
+        Err(Denied::Insufficient { retry_after: s(11) })
+    );
+    // Back at the instant of the last grant, the bucket is as empty as it was then.
+    clock.set(100 * 1_000 * MS);
+    assert_eq!(bucket.available(), 0);
+    clock.advance(s(3));
+    assert_eq!(bucket.available(), 3);
+}
+
+#[test]
+fn a_clock_jumping_forward_by_years_fills_the_bucket_and_no_more() {
+    let clock = ManualClock::new();
+    let bucket = TokenBucket::try_new(Quota::new(Rate::per_second(7)).burst(9), &clock).unwrap();
+    assert_eq!(bucket.try_acquire(9), Ok(()));
+    for years in [1u64, 10, 50, 99] {
+        clock.advance(Duration::from_secs(years * 31_557_600));
+        assert_eq!(bucket.available(), 9, "{years} years");
+        assert_eq!(bucket.try_acquire(9), Ok(()));
+        assert!(bucket.try_acquire(1).is_err());
+    }
+    assert!(bucket.idle_horizon() >= Duration::from_secs(100 * 31_557_600));
+}
+
+#[test]
+fn the_clock_may_wrap_like_a_hardware_counter() {
+    let clock = ManualClock::starting_at(u64::MAX - 150 * MS);
+    let bucket = TokenBucket::try_new(Quota::new(Rate::per_second(10)).burst(2), &clock).unwrap();
+    assert_eq!(bucket.try_acquire(2), Ok(()));
+    clock.advance(Duration::from_millis(100)); // still before the wrap
+    assert_eq!(bucket.try_acquire(1), Ok(()));
+    clock.advance(Duration::from_millis(100)); // past it
+    assert_eq!(bucket.try_acquire(1), Ok(()));
+    assert_eq!(
+        bucket.try_acquire(1),
+        Err(Denied::Insufficient {
+            retry_after: Duration::from_millis(100)
+        })
+    );
+    clock.advance(Duration::from_secs(1));
+    assert_eq!(bucket.available(), 2);
+}
+
+#[test]
+fn fifteen_threads_on_a_frozen_clock_get_exactly_the_burst() {
+    for _ in 0..200 {
+        let clock = ManualClock::new();
+        let bucket =
+            TokenBucket::try_new(Quota::new(Rate::per_second(1)).burst(5), &clock).unwrap();
+        let barrier = Barrier::new(15);
+        let granted: usize = thread::scope(|scope| {
+            let handles: Vec<_> = (0..15)
+                .map(|_| {
+                    scope.spawn(|| {
+                        barrier.wait();
+                        bucket.try_acquire(1).is_ok()
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap() as usize)
+                .sum()
+        });
+        assert_eq!(granted, 5);
+    }
+}
+
+#[test]
+fn configuration_errors_are_clear() {
+    let clock = ManualClock::new();
+    let rows = [
+        (Quota::new(Rate::per_second(0)), ConfigError::ZeroRate),
+        (
+            Quota::new(Rate::new(3, Duration::ZERO)),
+            ConfigError::ZeroPeriod,
+        ),
+        (
+            Quota::new(Rate::per_second(3)).burst(0),
+            ConfigError::ZeroBurst,
+        ),
+        (
+            Quota::new(Rate::per_second(3)).burst(3).start_with(4),
+            ConfigError::StartAboveBurst { start: 4, burst: 3 },
+        ),
+        (
+            Quota::new(Rate::per_second(3).minus_percent(120)),
+            ConfigError::RateOutOfRange,
+        ),
+        (
+            Quota::new(Rate::per_second(1_000_000_000_000)),
+            ConfigError::Unrepresentable,
+        ),
+    ];
+    for (quota, error) in rows {
+        assert_eq!(TokenBucket::try_new(quota, &clock).err(), Some(error));
+        assert!(!error.to_string().is_empty());
+    }
+    assert_eq!(
+        ConfigError::StartAboveBurst { start: 4, burst: 3 }.to_string(),
+        "start fill is above the burst (4 > 3)"
+    );
+}
+
+#[test]
+fn quantized_clocks_are_reported() {
+    let clock = ManualClock::new();
+    let exact = TokenBucket::try_new(Quota::new(Rate::per_second(2)), &clock).unwrap();
+    assert_eq!(exact.resolution(), Duration::from_nanos(1));
+    let coarse = TokenBucket::try_new(Quota::new(Rate::per_minute(171)), &clock).unwrap();
+    assert_eq!(coarse.resolution(), Duration::from_nanos(32));
+    assert!(coarse.idle_horizon() >= Duration::from_secs(100 * 31_557_600));
+}
