@@ -73,6 +73,15 @@ pub struct Reservation {
     wait: Duration,
 }
 
+/// A rate in clock ticks: `tokens` every `ticks` ticks. See [`TokenBucket::tick_rate`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TickRate {
+    /// Tokens per period.
+    pub tokens: u64,
+    /// The period, in clock ticks.
+    pub ticks: u128,
+}
+
 impl Reservation {
     /// How long after the reservation was made the caller may act. Zero when it may act at once.
     pub fn wait(&self) -> Duration {
@@ -316,6 +325,26 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
     /// [`resolution`](Self::resolution) in clock ticks: a power of two.
     pub fn resolution_ticks(&self) -> u64 {
         1 << self.params.shift
+    }
+
+    /// The rate this bucket enforces, exactly: [`TickRate::tokens`] every [`TickRate::ticks`]
+    /// clock ticks.
+    ///
+    /// It is the quota's rate, or — where the word cannot hold that rate exactly for a century
+    /// idle (549 637 per second on a nanosecond clock, say) — the closest rate below it that it
+    /// can hold, lower by less than one part in 2^20 (under one part per million, far inside any
+    /// clock crystal's tolerance). See [`is_exact`](Self::is_exact).
+    pub fn tick_rate(&self) -> TickRate {
+        let p = &self.params;
+        TickRate {
+            tokens: p.units_per_quantum.get(),
+            ticks: (p.units_per_token.get() as u128) << p.shift,
+        }
+    }
+
+    /// Whether [`tick_rate`](Self::tick_rate) is the quota's rate exactly.
+    pub fn is_exact(&self) -> bool {
+        self.params.is_exact()
     }
 
     /// The quota this bucket was built from.

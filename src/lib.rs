@@ -35,8 +35,11 @@
 //! Where a rate and clock need more distinct instants than the word holds for a century of idle
 //! time (171 per minute on a nanosecond clock, say), the bucket reads its clock to a power of two
 //! of ticks instead (32 ns there, see [`TokenBucket::resolution`]), and is exact for the clock
-//! read that way. A configuration the word cannot hold even then is a [`ConfigError`], never a
-//! wrong answer.
+//! read that way. A rate that no layout holds exactly (549 637 per second on a nanosecond clock:
+//! a century of it at sub-tick precision needs more than 64 bits) is rounded down by less than
+//! one part per million and reported by [`TokenBucket::tick_rate`] and [`TokenBucket::is_exact`].
+//! A configuration the word cannot hold even then — a trillion tokens a second, or a burst of
+//! millennia — is a [`ConfigError`], never a wrong answer.
 //!
 //! ## Features
 //!
@@ -66,6 +69,7 @@
 #[cfg(any(feature = "std", test))]
 extern crate std;
 
+mod approx;
 mod bucket;
 mod clock;
 mod error;
@@ -76,7 +80,7 @@ mod transition;
 mod wait;
 mod word;
 
-pub use bucket::{Reservation, TokenBucket};
+pub use bucket::{Reservation, TickRate, TokenBucket};
 pub use clock::Clock;
 #[cfg(any(loom, target_has_atomic = "64"))]
 pub use clock::ManualClock;

@@ -60,6 +60,8 @@ pub(crate) struct Params {
     pub horizon_ticks: u64,
     /// The never-used mark.
     pub unused: u64,
+    /// Whether `A / U` is the quota's rate exactly, rather than rounded down.
+    pub exact: bool,
 }
 
 impl Params {
@@ -110,40 +112,23 @@ impl Params {
             3_600 * ticks_per_second as u128
         };
 
-        let mut best: Option<Params> = None;
-        let mut shift = 0;
-        while shift < 64 {
-            if a > (u128::MAX >> shift) {
-                break;
-            }
-            let per_quantum = a << shift;
-            let g = gcd(per_quantum, b);
-            let (units_per_quantum, units_per_token) = (per_quantum / g, b / g);
-            if units_per_quantum > u64::MAX as u128 {
-                break;
-            }
-            if let Some(p) = layout(
-                shift,
-                units_per_quantum as u64,
-                units_per_token,
-                burst,
-                start,
-                bits,
-            ) {
-                if p.horizon_ticks as u128 >= target_ticks {
-                    return Ok(p);
-                }
-                best = match best {
-                    Some(kept) if kept.horizon_ticks >= p.horizon_ticks => Some(kept),
-                    _ => Some(p),
-                };
-            }
-            shift += 1;
+        if let Some(p) = layout_for(a, b, burst, start, bits, target_ticks) {
+            return Ok(p);
         }
-        match best {
-            Some(p) if bits == 32 => Ok(p),
-            _ => Err(ConfigError::Unrepresentable),
+        // The 32-bit word takes the longest horizon it can get, and reports it.
+        let mut target_ticks = target_ticks / 2;
+        while bits == 32 && target_ticks > 0 {
+            if let Some(p) = layout_for(a, b, burst, start, bits, target_ticks) {
+                return Ok(p);
+            }
+            target_ticks /= 2;
         }
+        Err(ConfigError::Unrepresentable)
+    }
+
+    /// Whether the bucket enforces the quota's rate exactly, rather than rounded down.
+    pub(crate) const fn is_exact(&self) -> bool {
+        self.exact
     }
 
     /// Ticks in one quantum.
@@ -153,18 +138,112 @@ impl Params {
     }
 }
 
+/// The finest layout of `a / b` tokens per tick whose horizon reaches `target_ticks`: exact if
+/// any quantum allows it, else the rate rounded down by less than one part in 2^20.
+const fn layout_for(
+    a: u128,
+    b: u128,
+    burst: u64,
+    start: u64,
+    bits: u32,
+    target_ticks: u128,
+) -> Option<Params> {
+    let mut shift = 0;
+    while shift < 64 && a <= (u128::MAX >> shift) {
+        let per_quantum = a << shift;
+        let g = gcd(per_quantum, b);
+        if let Some(p) = layout(shift, per_quantum / g, b / g, burst, start, bits) {
+            if p.horizon_ticks as u128 >= target_ticks {
+                return Some(p);
+            }
+        }
+        shift += 1;
+    }
+    let mut shift = 0;
+    while shift < 64 && a <= (u128::MAX >> shift) {
+        if let Some(p) = approximate(shift, a << shift, b, burst, start, bits, target_ticks) {
+            if p.horizon_ticks as u128 >= target_ticks {
+                return Some(p);
+            }
+        }
+        shift += 1;
+    }
+    None
+}
+
+/// The relative error allowed when the rate is rounded down: 2^-20, under one part per million.
+pub(crate) const ROUNDING_BITS: u32 = 20;
+
+/// The best rounded-down layout for a quantum of 2^`shift` ticks, whose rate per quantum is
+/// `n / d` tokens, if it is within 2^-[`ROUNDING_BITS`] of exact.
+const fn approximate(
+    shift: u32,
+    n: u128,
+    d: u128,
+    burst: u64,
+    start: u64,
+    bits: u32,
+    target_ticks: u128,
+) -> Option<Params> {
+    // The largest units per quantum whose horizon, burst aside, reaches twice the target.
+    let want_log = 128 - (2 * target_ticks - 1).leading_zeros(); // least with 2^want_log >= 2 target
+    let max_log = if shift == 0 {
+        // 2^(bits-1) / A >= 2 target
+        if want_log + 1 > bits {
+            return None;
+        }
+        bits - 1 - want_log
+    } else {
+        // 2^(k-1+shift) >= 2 target with k = bits - ceil_log2(A) <= 64 - shift
+        let k = want_log + 1
+            - if shift < want_log + 1 {
+                shift
+            } else {
+                want_log
+            };
+        if k > 64 - shift || k + 2 > bits {
+            return None;
+        }
+        bits - k
+    };
+    let mut p_max = if max_log >= 64 {
+        u64::MAX as u128
+    } else {
+        1u128 << max_log
+    };
+    // A burst that does not fit at this size may fit with fewer units per quantum.
+    let mut tries = 0;
+    while tries < 8 && p_max > 0 {
+        let (p, q) = crate::approx::best_lower(n, d, p_max, u64::MAX as u128);
+        if p == 0 {
+            return None;
+        }
+        if !crate::approx::within(p, q, n, d, ROUNDING_BITS) {
+            return None;
+        }
+        if let Some(mut layout) = layout(shift, p, q, burst, start, bits) {
+            layout.exact = false;
+            return Some(layout);
+        }
+        p_max /= 2;
+        tries += 1;
+    }
+    None
+}
+
 /// The layout for one quantum, if the burst and the debt bound fit in it.
 const fn layout(
     shift: u32,
-    units_per_quantum: u64,
+    units_per_quantum: u128,
     units_per_token: u128,
     burst: u64,
     start: u64,
     bits: u32,
 ) -> Option<Params> {
-    if units_per_token > u64::MAX as u128 {
+    if units_per_token > u64::MAX as u128 || units_per_quantum > u64::MAX as u128 {
         return None;
     }
+    let units_per_quantum = units_per_quantum as u64;
     let (modulus, quanta_mask, units_mask): (u128, u64, u64) = if shift == 0 {
         (1 << bits, u64::MAX, mask(bits))
     } else {
@@ -211,6 +290,7 @@ const fn layout(
             horizon_ticks as u64
         },
         unused: crate::word::unused_mark(bits),
+        exact: true,
     })
 }
 
@@ -261,6 +341,34 @@ mod tests {
             let p = solve(Quota::new(rate), NS, 64).unwrap();
             assert!(p.horizon_ticks >= century_ns, "{rate}");
             assert_eq!(p.quantum_ticks(), quantum, "{rate}");
+        }
+    }
+
+    #[test]
+    fn rates_that_cannot_be_exact_are_rounded_down_by_under_a_millionth() {
+        // (rate, quantum ticks)
+        let rows = [
+            (Rate::per_second(549_637), 4096),
+            (Rate::per_second(3_001), 8),
+            (Rate::per_second(1_000_003), 4096),
+            (
+                Rate::new(999_983, Duration::from_nanos(1_000_000_007)),
+                2048,
+            ),
+        ];
+        for (rate, quantum) in rows {
+            let p = solve(Quota::new(rate).burst(1_000), NS, 64).unwrap();
+            assert!(!p.is_exact(), "{rate}");
+            assert_eq!(p.quantum_ticks(), quantum, "{rate}");
+            let (n, d) = (
+                rate.tokens() as u128 * NS as u128,
+                rate.period_ns() as u128 * NS as u128,
+            );
+            let (a, u) = (
+                p.units_per_quantum.get() as u128,
+                (p.units_per_token.get() as u128) << p.shift,
+            );
+            assert!(crate::approx::within(a, u, n, d, ROUNDING_BITS), "{rate}");
         }
     }
 

@@ -1,0 +1,417 @@
+//! No drift: the bucket against a small reference model in `u128` rationals.
+//!
+//! The model keeps the bucket's level in tokens × `b` and time in ticks, for a rate of `a / b`
+//! tokens per tick, and refills, takes, reserves and cancels by the textbook rules. It reads the
+//! clock to the bucket's documented resolution (`resolution_ticks`, a power of two of ticks; one
+//! tick for most configurations). Over random rates (1 per year to 10^12 per second), bursts
+//! (1 to 2^32), clock frequencies (32 768 Hz to 10 GHz), clock origins near `u64::MAX`, both word
+//! widths and random sequences of acquire / reserve / cancel / advance, the bucket and the model
+//! must agree on every decision, every `retry_after`, every wait and every `available()`.
+
+use std::time::Duration;
+
+use proptest::prelude::*;
+use proptest::strategy::ValueTree;
+use proptest::test_runner::TestCaseError;
+use tollgate::{Clock, ConfigError, Denied, Quota, Rate, Reservation, TokenBucket, Word};
+
+const NANOS: u128 = 1_000_000_000;
+const YEAR_SECS: u128 = 31_557_600;
+
+/// A manual clock at any frequency, wrapping at `u64::MAX` like a hardware counter.
+#[derive(Default)]
+struct Counter<const HZ: u64>(std::cell::Cell<u64>);
+
+impl<const HZ: u64> Clock for Counter<HZ> {
+    const TICKS_PER_SECOND: u64 = HZ;
+    fn now(&self) -> u64 {
+        self.0.get()
+    }
+}
+
+fn gcd(mut a: u128, mut b: u128) -> u128 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
+/// The whole nanoseconds in `ticks`, rounded up.
+fn ceil_duration(ticks: u128, hz: u128) -> Duration {
+    let ns = (ticks * NANOS).div_ceil(hz);
+    Duration::new((ns / NANOS) as u64, (ns % NANOS) as u32)
+}
+
+/// The textbook token bucket, in exact rationals.
+struct Model {
+    /// Tokens per tick, `a / b`.
+    a: u128,
+    b: u128,
+    hz: u128,
+    quantum: u128,
+    burst: u128,
+    /// Tokens × `b`; negative in debt.
+    level: i128,
+    /// The quantized tick `level` was computed at.
+    at: u128,
+    /// Reservations still held: (tokens, the instant the debt they ran up is paid, in ticks × `a`).
+    held: Vec<(u32, i128)>,
+}
+
+#[derive(Debug, PartialEq)]
+enum Answer {
+    Granted,
+    Reserved(Duration),
+    Insufficient(Duration),
+    ExceedsCapacity,
+}
+
+impl Model {
+    fn refill(&mut self, now: u128) {
+        let at = now / self.quantum * self.quantum;
+        if at > self.at {
+            let gained = ((at - self.at) * self.a) as i128;
+            let full = (self.burst * self.b) as i128;
+            self.level = self.level.saturating_add(gained).min(full);
+            self.at = at;
+        }
+    }
+
+    /// Ticks from `now` until `units` (tokens × `b`) more have accrued, on quantum steps.
+    fn ticks_until(&self, now: u128, units: u128) -> u128 {
+        if units == 0 {
+            return 0;
+        }
+        let steps = units.div_ceil(self.quantum * self.a);
+        self.at + steps * self.quantum - now
+    }
+
+    fn acquire(&mut self, now: u128, n: u32) -> Answer {
+        self.refill(now);
+        if n == 0 {
+            return Answer::Granted;
+        }
+        if n as u128 > self.burst {
+            return Answer::ExceedsCapacity;
+        }
+        let need = (n as u128 * self.b) as i128;
+        if self.level >= need {
+            self.level -= need;
+            return Answer::Granted;
+        }
+        let short = (need - self.level) as u128;
+        Answer::Insufficient(ceil_duration(self.ticks_until(now, short), self.hz))
+    }
+
+    fn reserve(&mut self, now: u128, n: u32, max_wait: Duration) -> Answer {
+        self.refill(now);
+        if n == 0 {
+            return Answer::Reserved(Duration::ZERO);
+        }
+        if n as u128 > self.burst {
+            return Answer::ExceedsCapacity;
+        }
+        let after = self.level - (n as u128 * self.b) as i128;
+        let wait = if after >= 0 {
+            0
+        } else {
+            self.ticks_until(now, after.unsigned_abs())
+        };
+        let max_wait_ticks = max_wait.as_nanos() * self.hz / NANOS;
+        if wait > max_wait_ticks {
+            return Answer::Insufficient(ceil_duration(wait - max_wait_ticks, self.hz));
+        }
+        self.level = after;
+        self.held.push((n, (self.at * self.a) as i128 - after));
+        Answer::Reserved(ceil_duration(wait, self.hz))
+    }
+
+    /// Gives back what later reservations did not overtake, and nothing once due.
+    fn cancel(&mut self, now: u128, index: usize) {
+        self.refill(now);
+        let (n, due) = self.held.remove(index);
+        let now_units = (self.at * self.a) as i128;
+        if due <= now_units {
+            return;
+        }
+        let empty_at = now_units - self.level;
+        let overtaken = (empty_at - due).max(0);
+        let restore = (n as u128 * self.b) as i128 - overtaken;
+        if restore > 0 {
+            self.level = (self.level + restore).min((self.burst * self.b) as i128);
+        }
+    }
+
+    fn available(&mut self, now: u128) -> u64 {
+        self.refill(now);
+        (self.level.max(0) as u128 / self.b) as u64
+    }
+}
+
+/// One step of a run, from raw random numbers scaled to the bucket at hand.
+#[derive(Clone, Debug)]
+enum Step {
+    Acquire(u64),
+    Reserve(u64, u64),
+    Cancel(u64),
+    Advance(u64, u64),
+}
+
+#[derive(Clone, Debug)]
+struct Case {
+    tokens: u64,
+    period_ns: u64,
+    burst: u64,
+    start: (u8, u64),
+    origin: u64,
+    steps: Vec<Step>,
+}
+
+fn log_uniform(max_bits: u32) -> impl Strategy<Value = u64> {
+    (0..=max_bits, any::<u64>()).prop_map(move |(bits, raw)| {
+        let lo = if bits == 0 { 0 } else { 1u64 << (bits - 1) };
+        let span = if bits == 0 { 1 } else { 1u64 << (bits - 1) };
+        lo + raw % span
+    })
+}
+
+fn case() -> impl Strategy<Value = Case> {
+    let step = prop_oneof![
+        3 => any::<u64>().prop_map(Step::Acquire),
+        2 => (any::<u64>(), any::<u64>()).prop_map(|(n, w)| Step::Reserve(n, w)),
+        1 => any::<u64>().prop_map(Step::Cancel),
+        4 => (any::<u64>(), any::<u64>()).prop_map(|(kind, raw)| Step::Advance(kind, raw)),
+    ];
+    let origin = prop_oneof![
+        Just(0u64),
+        (0..10_000_000_000_000u64).prop_map(|back| u64::MAX - back),
+        any::<u64>(),
+    ];
+    (
+        log_uniform(20).prop_map(|t| t.max(1)),
+        // 1 µs to about a year
+        (10u32..=55, any::<u64>())
+            .prop_map(|(bits, raw)| (1u64 << (bits - 1)) + raw % (1u64 << (bits - 1))),
+        log_uniform(33).prop_map(|b| b.clamp(1, 1 << 32)),
+        (0u8..3, any::<u64>()),
+        origin,
+        prop::collection::vec(step, 1..80),
+    )
+        .prop_map(|(tokens, period_ns, burst, start, origin, steps)| Case {
+            tokens,
+            period_ns,
+            burst,
+            start,
+            origin,
+            steps,
+        })
+}
+
+/// How a case ended: run, refused by the word, or outside the rates under test.
+#[derive(Debug, PartialEq)]
+enum Outcome {
+    Ran,
+    Refused,
+    OutOfRange,
+}
+
+fn run<const HZ: u64, W: Word>(case: &Case) -> Result<Outcome, TestCaseError> {
+    let per_second = case.tokens as u128 * NANOS / case.period_ns as u128;
+    let rate_ok = case.tokens as u128 * YEAR_SECS * NANOS >= case.period_ns as u128
+        && per_second <= 1_000_000_000_000;
+    if !rate_ok {
+        return Ok(Outcome::OutOfRange);
+    }
+    let rate = Rate::new(case.tokens, Duration::from_nanos(case.period_ns));
+    let quota = Quota::new(rate).burst(case.burst);
+    let quota = match case.start.0 {
+        0 => quota,
+        1 => quota.start_empty(),
+        _ => quota.start_with(case.start.1 % (case.burst + 1)),
+    };
+    let clock = Counter::<HZ>::default();
+    clock.0.set(case.origin);
+    let bucket = match TokenBucket::<_, W>::try_new_with_word(quota, &clock) {
+        Ok(bucket) => bucket,
+        Err(ConfigError::Unrepresentable) => return Ok(Outcome::Refused),
+        Err(other) => return Err(TestCaseError::fail(format!("{other:?}"))),
+    };
+
+    let hz = HZ as u128;
+    // The rate the bucket enforces: the quota's, or rounded down by under 2^-20.
+    let (a0, b0) = (rate.tokens() as u128 * NANOS, rate.period().as_nanos() * hz);
+    let enforced = bucket.tick_rate();
+    let (a1, b1) = (enforced.tokens as u128, enforced.ticks);
+    let (g0, g1) = (gcd(a0, b0), gcd(a1, b1));
+    if bucket.is_exact() {
+        prop_assert_eq!((a1 / g1, b1 / g1), (a0 / g0, b0 / g0), "exact rate");
+    } else {
+        let lost = 1.0 - (a1 as f64 / b1 as f64) / (a0 as f64 / b0 as f64);
+        prop_assert!(lost > -1e-15, "rounded up by {}", -lost);
+        prop_assert!(
+            lost <= 1.0 / (1 << 20) as f64 + 1e-15,
+            "rounded down by {}",
+            lost
+        );
+    }
+    let g = gcd(a1, b1);
+    let (a0, b0) = (a1, b1);
+    let quantum = bucket.resolution_ticks() as u128;
+    let mut now = case.origin as u128;
+    let mut model = Model {
+        a: a0 / g,
+        b: b0 / g,
+        hz,
+        quantum,
+        burst: case.burst as u128,
+        level: (quota.start_fill() as u128 * (b0 / g)) as i128,
+        at: now / quantum * quantum,
+        held: Vec::new(),
+    };
+
+    // Keep the whole run inside the word's idle horizon, and waits inside its debt bound.
+    let horizon = bucket.idle_horizon().as_nanos() * hz / NANOS;
+    let mut budget = horizon / 2;
+    let max_wait_cap = horizon / 4;
+    let token_ticks = (model.b / model.a).max(1);
+    let burst_ticks = (model.burst * model.b / model.a).max(1);
+    let pick_n = |raw: u64| -> u32 {
+        let burst = case.burst.min(u32::MAX as u64) as u32;
+        match raw % 8 {
+            0 => 0,
+            1 => burst,
+            2 => burst.saturating_add(1),
+            3 => (raw >> 8) as u32 % burst.max(1) + 1,
+            _ => ((raw >> 8) % 4) as u32 + 1,
+        }
+    };
+    let mut reservations: Vec<Reservation> = Vec::new();
+
+    for step in &case.steps {
+        let t = now;
+        match *step {
+            Step::Acquire(raw) => {
+                let n = pick_n(raw);
+                let got = match bucket.try_acquire(n) {
+                    Ok(()) => Answer::Granted,
+                    Err(Denied::Insufficient { retry_after }) => Answer::Insufficient(retry_after),
+                    Err(Denied::ExceedsCapacity { .. }) => Answer::ExceedsCapacity,
+                    Err(other) => return Err(TestCaseError::fail(format!("{other:?}"))),
+                };
+                prop_assert_eq!(got, model.acquire(t, n), "acquire {} at {}", n, t);
+            }
+            Step::Reserve(raw, wait_raw) => {
+                let n = pick_n(raw);
+                let wait_ticks = match wait_raw % 4 {
+                    0 => 0,
+                    1 => (wait_raw >> 2) as u128 % (token_ticks * 4 + 1),
+                    2 => (wait_raw >> 2) as u128 % (burst_ticks * 2 + 1),
+                    _ => max_wait_cap,
+                }
+                .min(max_wait_cap);
+                let max_wait = ceil_duration(wait_ticks, hz);
+                let (got, reservation) = match bucket.reserve(n, max_wait) {
+                    Ok(r) => (Answer::Reserved(r.wait()), Some(r)),
+                    Err(Denied::Insufficient { retry_after }) => {
+                        (Answer::Insufficient(retry_after), None)
+                    }
+                    Err(Denied::ExceedsCapacity { .. }) => (Answer::ExceedsCapacity, None),
+                    Err(other) => return Err(TestCaseError::fail(format!("{other:?}"))),
+                };
+                let want = model.reserve(t, n, max_wait);
+                prop_assert_eq!(&got, &want, "reserve {} within {:?} at {}", n, max_wait, t);
+                if let Some(r) = reservation {
+                    if r.tokens() > 0 {
+                        reservations.push(r);
+                    }
+                }
+            }
+            Step::Cancel(raw) => {
+                if !reservations.is_empty() {
+                    let index = raw as usize % reservations.len();
+                    bucket.cancel(reservations.remove(index));
+                    model.cancel(t, index);
+                }
+            }
+            Step::Advance(kind, raw) => {
+                let dt = match kind % 6 {
+                    0 => 1,
+                    1 => quantum,
+                    2 => raw as u128 % (token_ticks + 1),
+                    3 => raw as u128 % (burst_ticks + 1),
+                    4 => token_ticks * (raw as u128 % 5),
+                    _ => raw as u128 % (budget / 8 + 1),
+                }
+                .min(budget);
+                budget -= dt;
+                now += dt;
+                clock.0.set(now as u64); // wraps at u64::MAX
+            }
+        }
+        prop_assert_eq!(
+            bucket.available(),
+            model.available(now),
+            "available at {}",
+            now
+        );
+    }
+    Ok(Outcome::Ran)
+}
+
+fn run_all(case: &Case) -> Result<Vec<Outcome>, TestCaseError> {
+    Ok(vec![
+        run::<32_768, u64>(case)?,
+        run::<1_000_000, u64>(case)?,
+        run::<1_000_000_000, u64>(case)?,
+        run::<2_999_999_929, u64>(case)?, // a prime frequency: no common factors at all
+        run::<10_000_000_000, u64>(case)?,
+        run::<32_768, u32>(case)?,
+        run::<1_000_000, u32>(case)?,
+        run::<64_000_000, u32>(case)?,
+        run::<1_000_000_000, u32>(case)?,
+    ])
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 600, ..ProptestConfig::default() })]
+
+    #[test]
+    fn the_bucket_agrees_with_the_exact_model(case in case()) {
+        run_all(&case)?;
+    }
+}
+
+/// The word refuses only what it must. On the 64-bit word every rate up to 10^6 per second
+/// with a burst of up to a year of it runs, on every clock; on the 32-bit word every rate up to
+/// 10^4 per second with a burst of up to 2^20 tokens and an hour of rate. What is refused needs
+/// more distinct instants than the word has (a century of 10^11 tokens a second, a burst of
+/// millennia).
+#[test]
+fn every_configuration_within_the_envelope_is_accepted() {
+    let mut runner = proptest::test_runner::TestRunner::deterministic();
+    let (mut ran, mut refused, mut refused_inside) = (0, 0, Vec::new());
+    for _ in 0..3_000 {
+        let mut case = case().new_tree(&mut runner).unwrap().current();
+        case.steps.truncate(2);
+        let per_second = case.tokens as f64 * 1e9 / case.period_ns as f64;
+        let span_secs = case.burst as f64 / per_second;
+        let inside64 = per_second <= 1e6 && span_secs <= YEAR_SECS as f64;
+        let inside32 = per_second <= 1e4 && case.burst <= 1 << 20 && span_secs <= 3_600.0;
+        for (bits, outcome) in run_all(&case).unwrap().into_iter().enumerate() {
+            let inside = if bits < 5 { inside64 } else { inside32 };
+            match outcome {
+                Outcome::Ran => ran += 1,
+                Outcome::Refused => {
+                    refused += 1;
+                    if inside {
+                        refused_inside.push((case.tokens, case.period_ns, case.burst, bits));
+                    }
+                }
+                Outcome::OutOfRange => {}
+            }
+        }
+    }
+    println!("{ran} ran, {refused} refused");
+    assert!(ran > 3 * refused);
+    assert_eq!(refused_inside, []);
+}
