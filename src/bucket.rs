@@ -48,6 +48,15 @@ use crate::{ConfigError, Denied, Quota};
 /// assert!(GATE.try_acquire(1).is_err()); // it started empty at its first use
 /// ```
 ///
+/// ```compile_fail
+/// use tollgate::{ManualClock, Quota, Rate, TokenBucket};
+///
+/// static CLOCK: ManualClock = ManualClock::new();
+/// // A zero rate can grant nothing: this does not compile.
+/// static BROKEN: TokenBucket<&ManualClock> =
+///     TokenBucket::new(Quota::new(Rate::per_second(0)), &CLOCK);
+/// ```
+///
 /// `W` is the width of the word: [`DefaultWord`] unless chosen with
 /// [`try_new_with_word`](Self::try_new_with_word).
 pub struct TokenBucket<C, W: Word = DefaultWord> {
