@@ -111,8 +111,8 @@ fn two_hundred_acquisitions() -> Result<(), Box<dyn std::error::Error>> {
 }
 
 /// Twenty threads arrive 2 ms apart at a bucket of rate 5, burst 5: five are served at once,
-/// then one every 200 ms, the last at 3 s, in the order they arrived. A lock held across the
-/// sleep would serve them one sleep after another instead.
+/// then one every 200 ms, the last at 3 s, in the order they arrived. Each sleeps once, for its
+/// own reservation, with no lock held.
 fn twenty_concurrent_callers() -> Result<(), Box<dyn std::error::Error>> {
     println!("== 20 concurrent callers, rate 5/s, burst 5");
     let start = Instant::now();

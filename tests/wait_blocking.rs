@@ -79,8 +79,8 @@ fn a_wait_beyond_the_timeout_fails_at_once_and_takes_nothing() {
     assert_eq!(bucket.available(), 5);
 }
 
-/// Twenty threads at rate 5, burst 5: five at once, then one every 200 ms, the last at 3 s. A
-/// lock held across the sleep would instead serialise the threads one sleep after another.
+/// Twenty threads at rate 5, burst 5: five at once, then one every 200 ms, the last at 3 s. Each
+/// thread sleeps once, for its own reservation, so the threads' sleeps overlap.
 #[test]
 fn twenty_threads_at_rate_5_burst_5_finish_at_about_3_s_never_early_never_above_the_rate() {
     let start = Instant::now();
@@ -110,8 +110,8 @@ fn twenty_threads_at_rate_5_burst_5_finish_at_about_3_s_never_early_never_above_
             "thread {k} returned before its wait of {waited:?}"
         );
     }
-    // About 3 s: never before (above), and late only by scheduling. 500 ms is a generous margin
-    // for a loaded two-core machine; serialised sleeps would take far longer.
+    // About 3 s: never before (above), and late only by scheduling; 500 ms is a generous margin
+    // for a loaded two-core machine.
     let last = finished[19].0;
     assert!(last < ms(3_500), "last finished at {last:?}");
 
