@@ -45,9 +45,10 @@
 //!
 //! | feature | default | what it adds |
 //! |---|---|---|
-//! | `std` | yes | [`StdClock`] |
+//! | `std` | yes | [`StdClock`], `TokenBucket::acquire_blocking`: blocking waits for threads |
 //! | `defmt` | no | `defmt::Format` on the public types |
 //! | `embedded-hal` | no | `TokenBucket::acquire_with_delay`: blocking waits through `DelayNs` |
+//! | `tokio` | no | `TokioClock`, `TokenBucket::acquire(n).await`: cancel-safe async waits |
 //!
 //! Without `std` the crate is `no_std` and needs only atomics. On targets without
 //! compare-and-swap (thumbv6m, riscv32imc) the final firmware chooses how portable-atomic
@@ -88,4 +89,6 @@ pub use clock::ManualClock;
 pub use clock::StdClock;
 pub use error::{ConfigError, Denied};
 pub use rate::{Quota, Rate};
+#[cfg(feature = "tokio")]
+pub use wait::TokioClock;
 pub use word::{DefaultWord, Word};
