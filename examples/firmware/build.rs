@@ -1,5 +1,7 @@
 //! Picks the machine from the target, since each target here runs on exactly one emulated board:
-//! copies that board's memory map to `memory.x` for cortex-m-rt's `link.x`, and sets `board`.
+//! copies that board's memory map to `memory.x` for cortex-m-rt's `link.x`, links with `link.x`,
+//! and sets `board`. The linker script is passed here rather than in `rustflags`, which a
+//! `RUSTFLAGS` variable in the environment (even an empty one) would replace.
 
 use std::{env, fs, path::PathBuf};
 
@@ -28,5 +30,6 @@ fn main() {
     let out = PathBuf::from(env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
     fs::copy(&memory, out.join("memory.x")).expect("copy the board's memory map");
     println!("cargo::rustc-link-search={}", out.display());
+    println!("cargo::rustc-link-arg-bins=-Tlink.x");
     println!("cargo::rustc-cfg=board=\"{board}\"");
 }
