@@ -53,19 +53,28 @@ static HANDLER_ATTEMPTS: AtomicU32 = AtomicU32::new(0);
 static HANDLER_GRANTS: AtomicU32 = AtomicU32::new(0);
 static HANDLER_PREEMPTED: AtomicU32 = AtomicU32::new(0);
 
-/// Touch the buckets this often, in SysTick interrupts: well within their idle horizon.
-const TOUCH_EVERY: u64 = 60 * INTERRUPT_HZ;
+/// Touch the buckets this often, in SysTick interrupts: each second, far within their idle
+/// horizon, so that the touches also run during the checks (and contend with the main loop).
+const TOUCH_EVERY: u32 = INTERRUPT_HZ as u32;
+/// SysTick interrupts left until the next touch; only the handler uses it.
+static UNTIL_TOUCH: AtomicU32 = AtomicU32::new(TOUCH_EVERY);
 
 #[exception]
 fn SysTick() {
     systick::on_interrupt();
     // The 32-bit word reads correctly for `idle_horizon()` without a write (46 minutes for
-    // TABLE on the M3); a touch now and then keeps an idle bucket readable for ever.
-    if systick::interrupts() % TOUCH_EVERY == 0 {
+    // TABLE on the M3); a touch now and then keeps an idle bucket readable for ever, and leaves
+    // a bucket not used yet as it is.
+    let left = UNTIL_TOUCH.load(Ordering::Relaxed) - 1;
+    if left == 0 {
         TABLE.touch();
         PACED.touch();
         SHARED.touch();
     }
+    UNTIL_TOUCH.store(
+        if left == 0 { TOUCH_EVERY } else { left },
+        Ordering::Relaxed,
+    );
     if CONTENDING.load(Ordering::Relaxed) {
         if MAIN_ACQUIRING.load(Ordering::Relaxed) {
             HANDLER_PREEMPTED.fetch_add(1, Ordering::Relaxed);
