@@ -296,6 +296,22 @@ fn three_threads_on_an_advancing_clock_get_what_it_showed() {
     });
 }
 
+#[test]
+fn racing_first_uses_apply_the_start_fill_once() {
+    // Built like a `static`: the word holds the never-used mark until a first use applies the
+    // start fill, and two first uses race to do it.
+    let quota = Quota::new(RATE).burst(2);
+    loom::model(move || {
+        let bucket = Arc::new(TokenBucket::new(quota, ManualClock::starting_at(T0)));
+        let threads = join(vec![
+            spawn(&bucket, |b| vec![acquire(b, 1), acquire(b, 1)]),
+            spawn(&bucket, |b| vec![acquire(b, 1)]),
+        ]);
+        check_acquisitions(&quota, &bucket, &threads);
+        assert_eq!(tokens_acquired(&threads), 2, "{threads:?}");
+    });
+}
+
 /// Tokens of the reservations still held, and their due instants.
 fn live_reservations(threads: &[Vec<Event>]) -> Vec<(u64, u32)> {
     let mut live = Vec::new();
