@@ -1,14 +1,18 @@
 //! Real time, real threads: several threads hammer one bucket on `StdClock` at 10^5 tokens a
 //! second for two seconds. The grants never exceed the burst plus the rate times the time
-//! measured around the whole run, and reach at least 97 % of it.
+//! elapsed, and reach at least 97 % of it.
 //!
-//! The upper bounds are exact (integer nanoseconds; the clock is monotonic), so they have no
-//! margin. The lower bound leaves 3 %: tokens are lost only while the bucket is full and no
-//! thread is running, which on a busy 2-core machine means every worker descheduled for more
-//! than the burst's 100 ms, plus the few microseconds between the last grant and the final clock
-//! reading.
+//! "The time elapsed" is measured around every clock reading the bucket made: from a reading
+//! each worker takes just before its first call to one it takes just after its last. Every
+//! reading of the bucket's own lies within, so the upper bounds hold exactly (integer
+//! nanoseconds on a monotonic clock, no margin), and thread start-up and joining, which can take
+//! tens of milliseconds on a loaded machine, do not count against the lower bound. That bound
+//! leaves 3 %: tokens are lost only while the bucket is full and no worker runs, which means
+//! every worker descheduled for more than the burst's 100 ms.
+//!
+//! The two tests take turns, so that neither measures the other's threads.
 
-use std::sync::Barrier;
+use std::sync::{Barrier, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -28,6 +32,9 @@ fn earned(start_ns: u64, end_ns: u64) -> u64 {
     BURST + (end_ns - start_ns) / TOKEN_NS
 }
 
+/// One test at a time: four spinning threads would starve four sleeping ones on two cores.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
 fn check_lower_bound(what: &str, granted: u64, earned: u64) {
     let share = granted as f64 / earned as f64;
     println!(
@@ -42,13 +49,15 @@ fn check_lower_bound(what: &str, granted: u64, earned: u64) {
 
 #[test]
 fn acquisitions_get_the_rate_and_no_more() {
+    let _turn = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     // Built like a `static`: it reads the clock, and starts full, at its first use, which comes
     // after `start` is read.
     let bucket = TokenBucket::new(QUOTA, StdClock);
     let barrier = Barrier::new(THREADS + 1);
-    let start_ns = StdClock.now();
     let deadline = Instant::now() + RUN;
-    let granted: u64 = thread::scope(|s| {
+    let runs: Vec<(u64, u64, u64)> = thread::scope(|s| {
         let workers: Vec<_> = (0..THREADS)
             .map(|i| {
                 let (bucket, barrier) = (&bucket, &barrier);
@@ -56,20 +65,23 @@ fn acquisitions_get_the_rate_and_no_more() {
                 let n = (i % 3) as u32 + 1;
                 s.spawn(move || {
                     barrier.wait();
+                    let first_ns = StdClock.now();
                     let mut granted = 0;
                     while Instant::now() < deadline {
                         if bucket.try_acquire(n).is_ok() {
                             granted += n as u64;
                         }
                     }
-                    granted
+                    (first_ns, StdClock.now(), granted)
                 })
             })
             .collect();
         barrier.wait();
-        workers.into_iter().map(|w| w.join().unwrap()).sum()
+        workers.into_iter().map(|w| w.join().unwrap()).collect()
     });
-    let end_ns = StdClock.now();
+    let start_ns = runs.iter().map(|r| r.0).min().unwrap();
+    let end_ns = runs.iter().map(|r| r.1).max().unwrap();
+    let granted: u64 = runs.iter().map(|r| r.2).sum();
     let earned = earned(start_ns, end_ns);
     assert!(granted <= earned, "over-grant: {granted} > {earned}");
     check_lower_bound("try_acquire", granted, earned);
@@ -77,19 +89,22 @@ fn acquisitions_get_the_rate_and_no_more() {
 
 #[test]
 fn reservations_get_the_rate_and_no_more() {
+    let _turn = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     /// A millisecond of tokens per reservation.
     const BATCH: u32 = 100;
     let bucket = TokenBucket::new(QUOTA, StdClock);
     let barrier = Barrier::new(THREADS + 1);
-    let start_ns = StdClock.now();
     let deadline = Instant::now() + RUN;
     let deadline_ns = StdClock::ticks_at(deadline);
-    let mut due: Vec<u64> = thread::scope(|s| {
+    let runs: Vec<(u64, Vec<u64>)> = thread::scope(|s| {
         let workers: Vec<_> = (0..THREADS)
             .map(|_| {
                 let (bucket, barrier) = (&bucket, &barrier);
                 s.spawn(move || {
                     barrier.wait();
+                    let first_ns = StdClock.now();
                     let mut due = Vec::new();
                     while Instant::now() < deadline {
                         // Each thread holds one reservation at a time and acts when it is due.
@@ -99,16 +114,15 @@ fn reservations_get_the_rate_and_no_more() {
                         due.push(reservation.due_ticks());
                         thread::sleep(reservation.wait());
                     }
-                    due
+                    (first_ns, due)
                 })
             })
             .collect();
         barrier.wait();
-        workers
-            .into_iter()
-            .flat_map(|w| w.join().unwrap())
-            .collect()
+        workers.into_iter().map(|w| w.join().unwrap()).collect()
     });
+    let start_ns = runs.iter().map(|r| r.0).min().unwrap();
+    let mut due: Vec<u64> = runs.into_iter().flat_map(|r| r.1).collect();
     due.sort_unstable();
 
     // No window holds more than the burst plus the rate times its length: for every pair of
