@@ -64,6 +64,9 @@ pub struct TokenBucket<C, W: Word = DefaultWord> {
     params: Params,
     quota: Quota,
     clock: C,
+    /// Loom models only: store without comparing, the lost update the models must catch.
+    #[cfg(loom)]
+    lost_update: bool,
 }
 
 /// Tokens taken now for use at a later instant: the result of [`TokenBucket::reserve`].
@@ -162,6 +165,7 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
             params,
             quota,
             clock,
+            lost_update: false,
         }
     }
 
@@ -183,6 +187,8 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
             params,
             quota,
             clock,
+            #[cfg(loom)]
+            lost_update: false,
         })
     }
 
@@ -373,6 +379,15 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
         &self.clock
     }
 
+    /// Loom models only: makes the CAS driver load the word and then store its transition's
+    /// result without comparing, so that the models can show they catch a lost update.
+    #[cfg(loom)]
+    #[doc(hidden)]
+    pub fn with_lost_update_for_models(mut self) -> Self {
+        self.lost_update = true;
+        self
+    }
+
     /// The cost of `n` tokens in units, or `ExceedsCapacity`.
     #[inline]
     fn cost(&self, n: u32) -> Result<u64, Denied> {
@@ -399,6 +414,15 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
         }
         loop {
             let (new, out) = transition(word, now_units)?;
+            #[cfg(loom)]
+            if self.lost_update {
+                // A blind store: whatever the word holds now is overwritten.
+                let mut current = W::load(&self.word);
+                while let Err(actual) = W::compare_exchange(&self.word, current, new) {
+                    current = actual;
+                }
+                return Ok(out);
+            }
             match W::compare_exchange(&self.word, word, new) {
                 Ok(()) => return Ok(out),
                 Err(actual) => word = actual,

@@ -19,6 +19,7 @@ impl Params {
     }
 
     /// The word a bucket starts from at its first use.
+    #[inline]
     pub(crate) fn fresh(&self, now_units: u64) -> u64 {
         self.keep(self.sub(now_units, self.start_units))
     }
@@ -62,12 +63,14 @@ impl Params {
     }
 
     /// Re-anchors a full bucket at `now_units` so that its idle horizon starts again.
+    #[inline]
     pub(crate) fn refreshed(&self, word: u64, now_units: u64) -> Option<u64> {
         let full = self.burst_units as i64;
         (self.elapsed(now_units, word) > full).then(|| self.at_level(now_units, full))
     }
 
     /// Whole tokens in the bucket; 0 in debt.
+    #[inline]
     pub(crate) fn tokens(&self, word: u64, now_units: u64) -> u64 {
         self.level(word, now_units).max(0) as u64 / self.units_per_token
     }
