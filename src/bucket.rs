@@ -217,7 +217,8 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
     /// Takes `n` tokens now for use when they have accrued, if that is within `max_wait`.
     ///
     /// Reservations queue in arrival order: each runs the bucket further into debt and is due
-    /// when that debt is paid. If the wait would exceed `max_wait`, nothing is taken and
+    /// when that debt is paid. (After a [`cancel`](Self::cancel) gives tokens back, a new
+    /// reservation may be due before an older one: it fills the gap the cancelled one left.) If the wait would exceed `max_wait`, nothing is taken and
     /// `retry_after` says when the same call would succeed. Debt is bounded by the word (decades
     /// on the 64-bit word), so even `max_wait = Duration::MAX` cannot wrap it.
     ///
