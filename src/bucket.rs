@@ -368,22 +368,49 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
         Ok(n as u64 * p.units_per_token.get())
     }
 
+    /// The bucket's word and parameters, for the CAS driver.
+    #[inline]
+    pub(crate) fn cell(&self) -> WordCell<'_, W> {
+        WordCell {
+            word: &self.word,
+            params: &self.params,
+        }
+    }
+
+    #[inline]
+    fn update<T, E>(
+        &self,
+        now_ticks: u64,
+        transition: impl FnMut(u64, u64) -> Result<(u64, T), E>,
+    ) -> Result<T, E> {
+        self.cell().update(now_ticks, transition)
+    }
+}
+
+/// One word and the parameters it is read with: what the CAS driver needs, whether the word
+/// sits in a [`TokenBucket`] or in a slot of a keyed table that shares one set of parameters.
+pub(crate) struct WordCell<'a, W: Word> {
+    pub(crate) word: &'a W::Atomic,
+    pub(crate) params: &'a Params,
+}
+
+impl<W: Word> WordCell<'_, W> {
     /// The CAS driver: runs `transition(word, now_units)` against the current word until the
     /// compare-exchange lands, or returns its error without writing.
     #[inline]
-    fn update<T, E>(
+    pub(crate) fn update<T, E>(
         &self,
         now_ticks: u64,
         mut transition: impl FnMut(u64, u64) -> Result<(u64, T), E>,
     ) -> Result<T, E> {
         let now_units = self.params.units_at(now_ticks);
-        let mut word = W::load(&self.word);
+        let mut word = W::load(self.word);
         if word == self.params.unused {
             word = self.first_use(now_units);
         }
         loop {
             let (new, out) = transition(word, now_units)?;
-            match W::compare_exchange(&self.word, word, new) {
+            match W::compare_exchange(self.word, word, new) {
                 Ok(()) => return Ok(out),
                 Err(actual) => word = actual,
             }
@@ -396,7 +423,7 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
     fn first_use(&self, now_units: u64) -> u64 {
         let fresh = self.params.fresh(now_units);
         loop {
-            match W::compare_exchange(&self.word, self.params.unused, fresh) {
+            match W::compare_exchange(self.word, self.params.unused, fresh) {
                 Ok(()) => return fresh,
                 Err(actual) if actual != self.params.unused => return actual,
                 Err(_spurious) => {}
