@@ -26,11 +26,14 @@ use crate::{ConfigError, Quota};
 ///
 /// Memory is bounded under a flood of new keys: each shard holds at most its share of
 /// `capacity`. A new key that finds its shard at its share first evicts the shard's full
-/// buckets (a full bucket is the same as an absent one, so eviction changes no decision); a
-/// sweep that frees nothing records when the soonest bucket will be full, and the shard is not
-/// swept again before then, so a flood costs one hash lookup per refused key, not a scan. If the
-/// shard is still at its share, the key gets what [`WhenFull`] says. [`sweep`](Self::sweep)
-/// evicts every full bucket, for a timer that keeps memory low between floods.
+/// buckets (a full bucket is the same as an absent one, so eviction changes no decision). Each
+/// such sweep records when a sixteenth of the buckets it kept will be full, and the shard is not
+/// swept for new keys again before then: a flood costs one hash lookup per refused key and one
+/// scan per sixteenth of a shard freed, never a scan per key. If the shard is still at its
+/// share, the key gets what [`WhenFull`] says — so under a flood a new key may be refused while
+/// a few buckets (under a sixteenth of its shard) have filled since the last sweep.
+/// [`sweep`](Self::sweep) evicts every full bucket at once, for a timer that keeps memory low
+/// between floods.
 ///
 /// ```
 /// use core::time::Duration;
@@ -69,13 +72,13 @@ struct Shard<K, W: Word> {
 
 struct Entries<K, W: Word> {
     table: HashTable<(K, W::Atomic)>,
-    /// No bucket here is full before this tick, so a sweep before it frees nothing.
-    /// `None`: not known.
+    /// When the last sweep expects a sixteenth of the buckets it left to be full: the next
+    /// amortized sweep waits for it. `None`: now.
     next_full_ticks: Option<u64>,
 }
 
-impl<K: Hash + Eq + Clone, C: Clock, W: Word> KeyedLimiter<K, C, W> {
-    /// An empty limiter holding at most `capacity` keys.
+impl<K: Hash + Eq + Clone, C: Clock> KeyedLimiter<K, C> {
+    /// An empty limiter on the [`DefaultWord`] holding at most `capacity` keys.
     ///
     /// The capacity is split evenly over shards (a power of two, about four per CPU, at most
     /// `capacity`); a key's shard is chosen by its hash, and a shard at its share treats its
@@ -86,13 +89,36 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word> KeyedLimiter<K, C, W> {
         capacity: usize,
         when_full: WhenFull,
     ) -> Result<Self, ConfigError> {
-        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-        Self::with_shards(quota, clock, capacity, when_full, cpus.saturating_mul(4))
+        Self::new_with_word(quota, clock, capacity, when_full)
     }
 
-    /// Like [`new`](Self::new), with about `shards` shards (rounded to a power of two, at least
-    /// one, at most `capacity`).
+    /// Like [`new`](Self::new), with about `shards` shards (rounded down to a power of two, at
+    /// least one, at most `capacity`).
     pub fn with_shards(
+        quota: Quota,
+        clock: C,
+        capacity: usize,
+        when_full: WhenFull,
+        shards: usize,
+    ) -> Result<Self, ConfigError> {
+        Self::build(quota, clock, capacity, when_full, shards)
+    }
+}
+
+impl<K: Hash + Eq + Clone, C: Clock, W: Word> KeyedLimiter<K, C, W> {
+    /// Like [`new`](KeyedLimiter::new), on the word `W`: `u32` halves the memory of a key's
+    /// state, for an idle horizon of an hour or so (see [`Word`]).
+    pub fn new_with_word(
+        quota: Quota,
+        clock: C,
+        capacity: usize,
+        when_full: WhenFull,
+    ) -> Result<Self, ConfigError> {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        Self::build(quota, clock, capacity, when_full, cpus.saturating_mul(4))
+    }
+
+    fn build(
         quota: Quota,
         clock: C,
         capacity: usize,
@@ -265,17 +291,11 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word> KeyedLimiter<K, C, W> {
                 });
         let word = &entry.get().1;
         let result = acquire::<C, W>(WordCell { word, params: p }, now, cost);
-        let full_at = now.wrapping_add(ticks_to_full(p, W::load(word), now));
-        entries.next_full_ticks = Some(match entries.next_full_ticks {
-            Some(at) if !reached(full_at, at) => full_at,
-            Some(at) => at,
-            None => full_at,
-        });
         result.map_err(KeyedDenied::from)
     }
 }
 
-/// Evicts the full buckets of one shard under its write lock, records when the soonest of the
+/// Evicts the full buckets of one shard under its write lock, records when a sixteenth of the
 /// others will be full, and gives memory back after a flood. Returns how many were evicted.
 fn sweep<K, W: Word>(
     entries: &mut Entries<K, W>,
@@ -288,17 +308,22 @@ where
 {
     let now_units = p.units_at(now);
     let before = entries.table.len();
-    let mut soonest: Option<u64> = None;
+    let mut to_full_ticks = Vec::new();
     entries.table.retain(|(_, word)| {
         let word = W::load(word);
         if is_full(p, word, now_units) {
             return false;
         }
-        let ticks = ticks_to_full(p, word, now);
-        soonest = Some(soonest.map_or(ticks, |s| s.min(ticks)));
+        to_full_ticks.push(ticks_to_full(p, word, now));
         true
     });
-    entries.next_full_ticks = soonest.map(|ticks| now.wrapping_add(ticks));
+    // Not again until a sixteenth of what is left is full: a flood against a shard at its share
+    // then costs a scan per sixteenth of the share freed, not a scan per new key.
+    let batch = (to_full_ticks.len() / 16).max(1);
+    entries.next_full_ticks = (!to_full_ticks.is_empty()).then(|| {
+        let (_, ticks, _) = to_full_ticks.select_nth_unstable(batch - 1);
+        now.wrapping_add(*ticks)
+    });
     let len = entries.table.len();
     if entries.table.capacity() > 4 * len.max(16) {
         entries.table.shrink_to_fit(|(k, _)| hasher.hash_one(k));
