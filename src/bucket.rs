@@ -48,6 +48,15 @@ use crate::{ConfigError, Denied, Quota};
 /// assert!(GATE.try_acquire(1).is_err()); // it started empty at its first use
 /// ```
 ///
+/// ```compile_fail
+/// use tollgate::{ManualClock, Quota, Rate, TokenBucket};
+///
+/// static CLOCK: ManualClock = ManualClock::new();
+/// // A zero rate can grant nothing: this does not compile.
+/// static BROKEN: TokenBucket<&ManualClock> =
+///     TokenBucket::new(Quota::new(Rate::per_second(0)), &CLOCK);
+/// ```
+///
 /// `W` is the width of the word: [`DefaultWord`] unless chosen with
 /// [`try_new_with_word`](Self::try_new_with_word).
 pub struct TokenBucket<C, W: Word = DefaultWord> {
@@ -293,9 +302,16 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
     /// Keeps an idle bucket readable for another [`idle_horizon`](Self::idle_horizon): a full
     /// bucket is re-anchored at now; any other bucket is left as it is. Changes no decision.
     ///
-    /// Only the 32-bit word needs it, from a timer or a main loop at least once per horizon.
+    /// Only the 32-bit word needs it, from a timer or a main loop at least once per horizon. A
+    /// `const`-built bucket not used yet is left as it is: its start fill still takes effect at
+    /// its first use.
     pub fn touch(&self) {
         let p = &self.params;
+        // The never-used mark is not an instant, so it cannot age; starting the bucket here
+        // would apply its start fill early.
+        if W::load(&self.word) == p.unused {
+            return;
+        }
         let _already_fresh = self.update(self.clock.now(), |word, now_units| {
             p.refreshed(word, now_units)
                 .map(|word| (word, ()))
@@ -451,6 +467,28 @@ mod tests {
     fn the_bucket_is_small() {
         assert_eq!(core::mem::size_of::<Reservation>(), 40);
         assert!(core::mem::size_of::<TokenBucket<ManualClock>>() <= 192);
+    }
+
+    #[test]
+    fn touching_a_const_bucket_before_its_first_use_changes_nothing() {
+        use core::time::Duration;
+        // (quota, tokens granted at the first use, one second after the touch)
+        let rows = [
+            (Quota::new(Rate::per_second(1)).burst(5).start_empty(), 0),
+            (Quota::new(Rate::per_second(1)).burst(5).start_with(2), 2),
+            (Quota::new(Rate::per_second(1)).burst(5), 5),
+        ];
+        for (quota, granted) in rows {
+            let clock = ManualClock::new();
+            let bucket = TokenBucket::<_, u32>::new_with_word(quota, &clock);
+            bucket.touch();
+            clock.advance(Duration::from_secs(1));
+            let mut got = 0;
+            while bucket.try_acquire(1).is_ok() {
+                got += 1;
+            }
+            assert_eq!(got, granted, "{quota}");
+        }
     }
 
     #[test]

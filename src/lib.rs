@@ -45,9 +45,10 @@
 //!
 //! | feature | default | what it adds |
 //! |---|---|---|
-//! | `std` | yes | [`StdClock`] |
+//! | `std` | yes | [`StdClock`], `TokenBucket::acquire_blocking`: blocking waits for threads |
 //! | `defmt` | no | `defmt::Format` on the public types |
 //! | `embedded-hal` | no | `TokenBucket::acquire_with_delay`: blocking waits through `DelayNs` |
+//! | `tokio` | no | `TokioClock`, `TokenBucket::acquire(n).await`: cancel-safe async waits |
 //! | `std` | yes | [`KeyedLimiter`]: per-key limits for servers, sharded, capped |
 //! | `heapless` | no | `KeyedTable`: per-key limits in fixed memory, safe in interrupt handlers |
 //! | `tower` | no | `layer`: tower middleware, rejection (429 headers) or backpressure |
@@ -101,4 +102,6 @@ pub use keyed::KeyedTable;
 #[cfg(any(feature = "std", feature = "heapless"))]
 pub use keyed::{KeyedDenied, WhenFull};
 pub use rate::{Quota, Rate};
+#[cfg(feature = "tokio")]
+pub use wait::TokioClock;
 pub use word::{DefaultWord, Word};

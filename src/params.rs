@@ -19,8 +19,11 @@
 //!
 //! The solver takes the finest quantum whose horizon reaches the target: 100 years for the
 //! 64-bit word (or 2^62 ticks, a quarter of the clock's own range, for clocks above 1.46 GHz
-//! whose 64-bit counters cannot span a century), one hour for the 32-bit word (or the longest it
-//! can reach). Debt from reservations is bounded to a quarter of `W` and the burst must fit in
+//! whose 64-bit counters cannot span a century), one hour for the 32-bit word. Where no exact
+//! layout reaches it, the 64-bit word rounds the rate down by at most one part in 2^20 (see
+//! `approximate`); the 32-bit word prefers exactness and takes the exact layout with the longest
+//! horizon, rounding only when no exact layout fits at all. Debt from reservations is bounded to
+//! a quarter of `W` and the burst must fit in
 //! another quarter, so no sequence of calls can wrap the word into a gift of tokens.
 
 use core::num::NonZeroU64;
@@ -112,18 +115,39 @@ impl Params {
             3_600 * ticks_per_second as u128
         };
 
-        if let Some(p) = layout_for(a, b, burst, start, bits, target_ticks) {
+        if let Some(p) = exact_for(a, b, burst, start, bits, target_ticks) {
             return Ok(p);
         }
-        // The 32-bit word takes the longest horizon it can get, and reports it.
-        let mut target_ticks = target_ticks / 2;
-        while bits == 32 && target_ticks > 0 {
-            if let Some(p) = layout_for(a, b, burst, start, bits, target_ticks) {
+        if bits == 64 {
+            return match approximate_for(a, b, burst, start, bits, target_ticks) {
+                Some(p) => Ok(p),
+                None => Err(ConfigError::Unrepresentable),
+            };
+        }
+        // The 32-bit word prefers exactness to a long horizon: the exact layout with the longest
+        // horizon it can get, else the rate rounded down, and it reports the horizon.
+        let mut exact = true;
+        loop {
+            let mut target = target_ticks / 2;
+            while target > 0 {
+                let found = if exact {
+                    exact_for(a, b, burst, start, bits, target)
+                } else {
+                    approximate_for(a, b, burst, start, bits, target)
+                };
+                if let Some(p) = found {
+                    return Ok(p);
+                }
+                target /= 2;
+            }
+            if !exact {
+                return Err(ConfigError::Unrepresentable);
+            }
+            if let Some(p) = approximate_for(a, b, burst, start, bits, target_ticks) {
                 return Ok(p);
             }
-            target_ticks /= 2;
+            exact = false;
         }
-        Err(ConfigError::Unrepresentable)
     }
 
     /// Whether the bucket enforces the quota's rate exactly, rather than rounded down.
@@ -138,9 +162,8 @@ impl Params {
     }
 }
 
-/// The finest layout of `a / b` tokens per tick whose horizon reaches `target_ticks`: exact if
-/// any quantum allows it, else the rate rounded down by less than one part in 2^20.
-const fn layout_for(
+/// The finest exact layout of `a / b` tokens per tick whose horizon reaches `target_ticks`.
+const fn exact_for(
     a: u128,
     b: u128,
     burst: u64,
@@ -159,6 +182,19 @@ const fn layout_for(
         }
         shift += 1;
     }
+    None
+}
+
+/// The finest layout whose horizon reaches `target_ticks` with `a / b` rounded down by at most
+/// one part in 2^[`ROUNDING_BITS`].
+const fn approximate_for(
+    a: u128,
+    b: u128,
+    burst: u64,
+    start: u64,
+    bits: u32,
+    target_ticks: u128,
+) -> Option<Params> {
     let mut shift = 0;
     while shift < 64 && a <= (u128::MAX >> shift) {
         if let Some(p) = approximate(shift, a << shift, b, burst, start, bits, target_ticks) {

@@ -7,25 +7,8 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 use tollgate::layer::{BackpressureLayer, BoxError, RateLimited, RejectLayer};
-use tollgate::{Clock, Denied, KeyedDenied, KeyedLimiter, Quota, Rate, TokenBucket, WhenFull};
+use tollgate::{Denied, KeyedDenied, KeyedLimiter, Quota, Rate, TokenBucket, TokioClock, WhenFull};
 use tower::{service_fn, Layer, Service, ServiceExt};
-
-/// tokio's clock in nanoseconds, so that paused time drives the buckets.
-#[derive(Clone, Copy, Debug)]
-struct TokioTime(Instant);
-
-impl TokioTime {
-    fn start() -> Self {
-        Self(Instant::now())
-    }
-}
-
-impl Clock for TokioTime {
-    const TICKS_PER_SECOND: u64 = 1_000_000_000;
-    fn now(&self) -> u64 {
-        self.0.elapsed().as_nanos() as u64
-    }
-}
 
 fn echo() -> impl Service<u32, Response = u32, Error = Infallible, Future: Send> + Clone {
     service_fn(|request: u32| async move { Ok::<_, Infallible>(request) })
@@ -39,7 +22,7 @@ fn refusal(error: BoxError) -> RateLimited {
 
 #[tokio::test(start_paused = true)]
 async fn clones_of_the_rejecting_service_share_one_bucket() {
-    let clock = TokioTime::start();
+    let clock = TokioClock::new();
     let quota = Quota::new(Rate::per_second(2)).burst(3);
     let layer = RejectLayer::new(Arc::new(TokenBucket::try_new(quota, clock).unwrap()));
     let first = layer.layer(echo());
@@ -67,7 +50,7 @@ async fn clones_of_the_rejecting_service_share_one_bucket() {
 
 #[tokio::test(start_paused = true)]
 async fn a_refusal_says_when_to_retry_in_its_headers() {
-    let clock = TokioTime::start();
+    let clock = TokioClock::new();
     let quota = Quota::new(Rate::per_second(2)).burst(5);
     let bucket = Arc::new(TokenBucket::try_new(quota, clock).unwrap());
     let service = RejectLayer::new(Arc::clone(&bucket)).layer(echo());
@@ -106,7 +89,7 @@ async fn a_refusal_says_when_to_retry_in_its_headers() {
 
 #[tokio::test(start_paused = true)]
 async fn per_key_rejection_limits_each_key_alone() {
-    let clock = TokioTime::start();
+    let clock = TokioClock::new();
     let quota = Quota::new(Rate::per_second(1)).burst(2);
     let limiter = Arc::new(KeyedLimiter::new(quota, clock, 1_000, WhenFull::Refuse).unwrap());
     // Requests are (client, payload); the key is the client.
@@ -134,7 +117,7 @@ async fn per_key_rejection_limits_each_key_alone() {
 
 #[tokio::test(start_paused = true)]
 async fn a_full_keyed_limiter_refuses_with_503_and_no_retry_after() {
-    let clock = TokioTime::start();
+    let clock = TokioClock::new();
     let quota = Quota::new(Rate::per_second(1)).burst(1);
     let limiter =
         Arc::new(KeyedLimiter::with_shards(quota, clock, 1, WhenFull::Refuse, 1).unwrap());
@@ -148,7 +131,7 @@ async fn a_full_keyed_limiter_refuses_with_503_and_no_retry_after() {
 
 #[tokio::test(start_paused = true)]
 async fn backpressure_paces_every_clone_on_one_bucket() {
-    let clock = TokioTime::start();
+    let clock = TokioClock::new();
     let quota = Quota::new(Rate::per_second(2)).burst(1);
     let layer = BackpressureLayer::new(Arc::new(TokenBucket::try_new(quota, clock).unwrap()));
     let start = Instant::now();
@@ -180,7 +163,7 @@ async fn backpressure_paces_every_clone_on_one_bucket() {
 
 #[tokio::test(start_paused = true)]
 async fn a_service_dropped_while_waiting_gives_its_turn_back() {
-    let clock = TokioTime::start();
+    let clock = TokioClock::new();
     let quota = Quota::new(Rate::per_second(1)).burst(1).start_empty();
     let layer = BackpressureLayer::new(Arc::new(TokenBucket::try_new(quota, clock).unwrap()));
     let start = Instant::now();
@@ -198,7 +181,7 @@ async fn a_service_dropped_while_waiting_gives_its_turn_back() {
 
 #[tokio::test(start_paused = true)]
 async fn backpressure_with_a_bound_refuses_waits_beyond_it() {
-    let clock = TokioTime::start();
+    let clock = TokioClock::new();
     let quota = Quota::new(Rate::per_second(1)).burst(1).start_empty();
     let bucket = Arc::new(TokenBucket::try_new(quota, clock).unwrap());
     let layer = BackpressureLayer::new(bucket).max_wait(Duration::from_millis(500));

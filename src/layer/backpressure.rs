@@ -9,13 +9,12 @@ use core::time::Duration;
 use std::boxed::Box;
 use std::sync::Arc;
 
-use tokio::time::Sleep;
 use tower_layer::Layer;
 use tower_service::Service;
 
 use super::{BoxError, RateLimited, ResponseFuture};
 use crate::keyed::ticks_to_full;
-use crate::{Clock, DefaultWord, KeyedDenied, Reservation, TokenBucket, Word};
+use crate::{Clock, DefaultWord, Denied, KeyedDenied, TokenBucket, Word};
 
 /// Wraps services in [`Backpressure`]: each waits in `poll_ready` for its turn on one shared
 /// bucket, for at most `max_wait`.
@@ -23,10 +22,10 @@ use crate::{Clock, DefaultWord, KeyedDenied, Reservation, TokenBucket, Word};
 /// ```
 /// use std::sync::Arc;
 /// use tollgate::layer::BackpressureLayer;
-/// use tollgate::{Quota, Rate, StdClock, TokenBucket};
+/// use tollgate::{Quota, Rate, TokenBucket, TokioClock};
 ///
 /// // A client that must not send an upstream API more than 10 requests a second.
-/// let bucket = Arc::new(TokenBucket::try_new(Quota::new(Rate::per_second(10)), StdClock)?);
+/// let bucket = Arc::new(TokenBucket::try_new(Quota::new(Rate::per_second(10)), TokioClock::new())?);
 /// let layer = BackpressureLayer::new(bucket);
 /// # let _ = layer;
 /// # Ok::<(), tollgate::ConfigError>(())
@@ -62,7 +61,7 @@ impl<C, W: Word> Clone for BackpressureLayer<C, W> {
     }
 }
 
-impl<S, C: Clock, W: Word> Layer<S> for BackpressureLayer<C, W> {
+impl<S, C, W: Word> Layer<S> for BackpressureLayer<C, W> {
     type Service = Backpressure<S, C, W>;
 
     fn layer(&self, inner: S) -> Self::Service {
@@ -75,26 +74,29 @@ impl<S, C: Clock, W: Word> Layer<S> for BackpressureLayer<C, W> {
     }
 }
 
-/// A service whose `poll_ready` reserves one token on a shared bucket and sleeps (tokio) until
-/// it is due, then asks the inner service.
+/// A service whose `poll_ready` takes one token from a shared bucket, waiting for it with
+/// [`TokenBucket::acquire_timeout`] (a reservation, then one tokio sleep), then asks the inner
+/// service.
 ///
 /// Waiters are served in the order they reserved and each wakes once. A service dropped while
 /// it waits gives its token back (the rule of [`TokenBucket::cancel`]); a clone starts without
-/// a reservation.
-pub struct Backpressure<S, C: Clock, W: Word = DefaultWord> {
+/// a reservation. Use [`TokioClock`](crate::TokioClock) for the bucket, so that it and the
+/// sleep read the same clock.
+pub struct Backpressure<S, C, W: Word = DefaultWord> {
     inner: S,
     bucket: Arc<TokenBucket<C, W>>,
     max_wait: Duration,
     state: State,
 }
 
+/// A wait for one token that owns its share of the bucket; dropping it gives the token back.
+type Wait = Pin<Box<dyn Future<Output = Result<Duration, Denied>> + Send>>;
+
 enum State {
     Idle,
-    Waiting {
-        sleep: Pin<Box<Sleep>>,
-        reservation: Reservation,
-    },
-    Ready(Reservation),
+    Waiting(Wait),
+    /// A token is taken for the next call.
+    Ready,
 }
 
 /// `call` before `poll_ready` said ready: the request was not passed on.
@@ -113,7 +115,7 @@ impl<S, C, W, Req> Service<Req> for Backpressure<S, C, W>
 where
     S: Service<Req>,
     S::Error: Into<BoxError>,
-    C: Clock,
+    C: Clock + Send + Sync + 'static,
     W: Word,
 {
     type Response = S::Response;
@@ -124,30 +126,27 @@ where
         loop {
             match &mut self.state {
                 State::Idle => {
-                    let reservation = match self.bucket.reserve(1, self.max_wait) {
-                        Ok(reservation) => reservation,
-                        Err(denied) => return Poll::Ready(Err(self.refusal(denied).into())),
-                    };
-                    self.state = if reservation.wait().is_zero() {
-                        State::Ready(reservation)
-                    } else {
-                        State::Waiting {
-                            sleep: Box::pin(tokio::time::sleep(reservation.wait())),
-                            reservation,
-                        }
-                    };
-                }
-                State::Waiting { sleep, .. } => {
-                    if sleep.as_mut().poll(cx).is_pending() {
-                        return Poll::Pending;
+                    // A token at hand means nobody waits (waiters hold the bucket in debt), so
+                    // taking it jumps no queue and saves boxing a wait.
+                    if self.bucket.try_acquire(1).is_ok() {
+                        self.state = State::Ready;
+                        continue;
                     }
-                    if let State::Waiting { reservation, .. } =
-                        mem::replace(&mut self.state, State::Idle)
-                    {
-                        self.state = State::Ready(reservation);
-                    }
+                    let bucket = Arc::clone(&self.bucket);
+                    let max_wait = self.max_wait;
+                    self.state = State::Waiting(Box::pin(async move {
+                        bucket.acquire_timeout(1, max_wait).await
+                    }));
                 }
-                State::Ready(_) => return self.inner.poll_ready(cx).map_err(Into::into),
+                State::Waiting(wait) => match wait.as_mut().poll(cx) {
+                    Poll::Pending => return Poll::Pending,
+                    Poll::Ready(Ok(_waited)) => self.state = State::Ready,
+                    Poll::Ready(Err(denied)) => {
+                        self.state = State::Idle;
+                        return Poll::Ready(Err(self.refusal(denied).into()));
+                    }
+                },
+                State::Ready => return self.inner.poll_ready(cx).map_err(Into::into),
             }
         }
     }
@@ -155,7 +154,7 @@ where
     fn call(&mut self, request: Req) -> Self::Future {
         match mem::replace(&mut self.state, State::Idle) {
             // The token is spent on this request.
-            State::Ready(_spent) => ResponseFuture::inner(self.inner.call(request)),
+            State::Ready => ResponseFuture::inner(self.inner.call(request)),
             other => {
                 self.state = other;
                 ResponseFuture::failed(NotReady)
@@ -165,25 +164,14 @@ where
 }
 
 impl<S, C: Clock, W: Word> Backpressure<S, C, W> {
-    fn refusal(&self, denied: crate::Denied) -> RateLimited {
+    fn refusal(&self, denied: Denied) -> RateLimited {
         let cell = self.bucket.cell();
         let to_full = ticks_to_full(cell.params, W::load(cell.word), self.bucket.clock().now());
         RateLimited::new::<C>(KeyedDenied::Denied(denied), cell.params, to_full)
     }
 }
 
-impl<S, C: Clock, W: Word> Drop for Backpressure<S, C, W> {
-    fn drop(&mut self) {
-        match mem::replace(&mut self.state, State::Idle) {
-            State::Waiting { reservation, .. } | State::Ready(reservation) => {
-                self.bucket.cancel(reservation);
-            }
-            State::Idle => {}
-        }
-    }
-}
-
-impl<S: Clone, C: Clock, W: Word> Clone for Backpressure<S, C, W> {
+impl<S: Clone, C, W: Word> Clone for Backpressure<S, C, W> {
     fn clone(&self) -> Self {
         Self {
             inner: self.inner.clone(),
@@ -202,7 +190,7 @@ impl<C, W: Word> fmt::Debug for BackpressureLayer<C, W> {
     }
 }
 
-impl<S: fmt::Debug, C: Clock, W: Word> fmt::Debug for Backpressure<S, C, W> {
+impl<S: fmt::Debug, C, W: Word> fmt::Debug for Backpressure<S, C, W> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Backpressure")
             .field("inner", &self.inner)

@@ -1,0 +1,331 @@
+//! Async waits under tokio's paused clock: exact instants, arrival order, one wake per waiter,
+//! and cancellation that gives tokens back.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::Duration;
+
+use tokio::task::JoinSet;
+use tokio::time::{sleep, timeout, Instant};
+use tollgate::{Clock, Denied, Quota, Rate, TokenBucket, TokioClock};
+
+fn ms(millis: u64) -> Duration {
+    Duration::from_millis(millis)
+}
+
+fn bucket(quota: Quota) -> Arc<TokenBucket<TokioClock>> {
+    Arc::new(TokenBucket::try_new(quota, TokioClock::new()).expect("valid quota"))
+}
+
+/// Rate 5/s, burst 5: the documents' twenty callers.
+fn five_per_second() -> Quota {
+    Quota::new(Rate::per_second(5)).burst(5)
+}
+
+#[tokio::test(start_paused = true)]
+async fn tokio_clock_counts_nanoseconds_of_paused_time_from_its_own_origin() {
+    tokio::time::advance(Duration::from_secs(3600)).await;
+    let clock = TokioClock::default();
+    assert_eq!(clock.now(), 0);
+    tokio::time::advance(ms(1500)).await;
+    assert_eq!(clock.now(), 1_500_000_000);
+    assert_eq!(clock.ticks_at(Instant::now() - Duration::from_secs(10)), 0);
+    let copy = clock;
+    assert_eq!(copy.now(), clock.now());
+}
+
+#[tokio::test(start_paused = true)]
+async fn twenty_callers_get_five_at_once_then_one_every_200_ms_in_arrival_order() {
+    let start = Instant::now();
+    let bucket = bucket(five_per_second());
+    let served = Arc::new(Mutex::new(Vec::new()));
+    let mut callers = JoinSet::new();
+    for caller in 0..20u64 {
+        let (bucket, served) = (bucket.clone(), served.clone());
+        callers.spawn(async move {
+            let waited = bucket.acquire(1).await.expect("one token fits the burst");
+            served
+                .lock()
+                .unwrap()
+                .push((caller, start.elapsed(), waited));
+        });
+    }
+    callers.join_all().await;
+
+    // (caller, served at, waited): all arrived at 0 s, so each waited until it was served.
+    let expected: Vec<_> = (0..20u64)
+        .map(|caller| {
+            let at = ms(200 * caller.saturating_sub(4));
+            (caller, at, at)
+        })
+        .collect();
+    let served = served.lock().unwrap();
+    assert_eq!(served[..6], expected[..6]); // five at 0 s, the sixth at 200 ms
+    assert_eq!(*served, expected);
+    assert_eq!(served[19].1, Duration::from_secs(3));
+}
+
+#[tokio::test(start_paused = true)]
+async fn ten_thousand_waiters_on_one_bucket_are_all_served_and_none_early() {
+    const WAITERS: u64 = 10_000;
+    let (rate, burst) = (3_000, 100);
+    let start = Instant::now();
+    let bucket = bucket(Quota::new(Rate::per_second(rate)).burst(burst));
+    let mut waiters = JoinSet::new();
+    for waiter in 0..WAITERS {
+        let bucket = bucket.clone();
+        waiters.spawn(async move {
+            bucket.acquire(1).await.expect("one token fits the burst");
+            (waiter, start.elapsed())
+        });
+    }
+    let served = waiters.join_all().await;
+    assert_eq!(served.len() as u64, WAITERS);
+
+    // Waiter k (from 0) is due when its token has accrued: (k + 1 − burst) / rate, rounded up to
+    // the nanosecond. Tokio's timer fires on millisecond ticks, so it may be served up to 1 ms
+    // after that, never before.
+    let mut latest = Duration::ZERO;
+    for (waiter, at) in served {
+        let owed_tokens = (waiter + 1).saturating_sub(burst);
+        let due = Duration::from_nanos((owed_tokens * 1_000_000_000).div_ceil(rate));
+        assert!(
+            at >= due,
+            "waiter {waiter} served at {at:?}, due at {due:?}"
+        );
+        assert!(
+            at < due + ms(1),
+            "waiter {waiter} served at {at:?}, due at {due:?}"
+        );
+        latest = latest.max(at);
+    }
+    assert_eq!(latest, ms(3_300)); // (10 000 − 100) / 3 000 s
+}
+
+/// Counts the wake-ups of the future it wraps, through a waker wrapping the task's own.
+struct CountWakes<F> {
+    inner: Pin<Box<F>>,
+    wakes: Arc<WakeCounter>,
+    polls: usize,
+}
+
+struct WakeCounter(AtomicUsize);
+
+struct CountingWaker {
+    counter: Arc<WakeCounter>,
+    task: Waker,
+}
+
+impl Wake for CountingWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.counter.0.fetch_add(1, Ordering::Relaxed);
+        self.task.wake_by_ref();
+    }
+}
+
+impl<F: Future> CountWakes<F> {
+    fn new(inner: F) -> Self {
+        Self {
+            inner: Box::pin(inner),
+            wakes: Arc::new(WakeCounter(AtomicUsize::new(0))),
+            polls: 0,
+        }
+    }
+}
+
+/// The inner output, the polls and the wake-ups it took.
+impl<F: Future> Future for CountWakes<F> {
+    type Output = (F::Output, usize, usize);
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.polls += 1;
+        let waker = Waker::from(Arc::new(CountingWaker {
+            counter: self.wakes.clone(),
+            task: cx.waker().clone(),
+        }));
+        match self.inner.as_mut().poll(&mut Context::from_waker(&waker)) {
+            Poll::Ready(out) => {
+                Poll::Ready((out, self.polls, self.wakes.0.load(Ordering::Relaxed)))
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn each_waiter_is_woken_once_and_polled_twice() {
+    let bucket = bucket(five_per_second());
+    let mut callers = JoinSet::new();
+    for caller in 0..20u64 {
+        let bucket = bucket.clone();
+        callers.spawn(async move {
+            let (waited, polls, wakes) = CountWakes::new(bucket.acquire(1)).await;
+            (caller, waited.unwrap(), polls, wakes)
+        });
+    }
+    let mut seen = callers.join_all().await;
+    seen.sort();
+    // (caller, waited, polls, wake-ups): the burst completes at its first poll; every other
+    // caller sleeps once and is woken once, with no re-check.
+    let expected: Vec<_> = (0..20u64)
+        .map(|caller| match caller {
+            0..=4 => (caller, Duration::ZERO, 1, 0),
+            _ => (caller, ms(200 * (caller - 4)), 2, 1),
+        })
+        .collect();
+    assert_eq!(seen, expected);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_waiter_given_up_by_timeout_gives_its_tokens_to_the_next_caller() {
+    let start = Instant::now();
+    let bucket = bucket(five_per_second().start_empty());
+    // Five tokens are due at 1 s; the caller gives up at 300 ms.
+    assert!(timeout(ms(300), bucket.acquire(5)).await.is_err());
+    assert_eq!(start.elapsed(), ms(300));
+    // The 1.5 tokens accrued meanwhile are there for the next callers: one at once, the next
+    // when its half token has accrued. Had the reservation been kept, they would wait until
+    // 1.2 s and 1.4 s.
+    assert_eq!(bucket.acquire(1).await, Ok(Duration::ZERO));
+    assert_eq!(bucket.acquire(1).await, Ok(ms(100)));
+    assert_eq!(start.elapsed(), ms(400));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_waiter_losing_a_select_gives_its_tokens_back() {
+    let start = Instant::now();
+    let bucket = bucket(five_per_second().start_empty());
+    tokio::select! {
+        _ = bucket.acquire(5) => panic!("five tokens cannot accrue in 300 ms"),
+        () = sleep(ms(300)) => {}
+    }
+    assert_eq!(bucket.acquire(1).await, Ok(Duration::ZERO));
+    assert_eq!(start.elapsed(), ms(300));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_aborted_task_gives_its_tokens_back() {
+    let start = Instant::now();
+    let bucket = bucket(five_per_second().start_empty());
+    let waiter = tokio::spawn({
+        let bucket = bucket.clone();
+        async move { bucket.acquire(5).await }
+    });
+    sleep(ms(300)).await;
+    waiter.abort();
+    assert!(waiter.await.unwrap_err().is_cancelled());
+    assert_eq!(bucket.acquire(1).await, Ok(Duration::ZERO));
+    assert_eq!(start.elapsed(), ms(300));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dropped_waiter_gives_back_only_what_later_waiters_have_not_counted_on() {
+    let start = Instant::now();
+    let bucket = bucket(five_per_second().start_empty());
+    let first = tokio::spawn({
+        let bucket = bucket.clone();
+        async move { bucket.acquire(5).await } // due at 1 s
+    });
+    sleep(ms(1)).await;
+    let second = tokio::spawn({
+        let bucket = bucket.clone();
+        async move { (bucket.acquire(1).await, start.elapsed()) } // due at 1.2 s
+    });
+    sleep(ms(299)).await;
+    first.abort();
+    assert!(first.await.unwrap_err().is_cancelled());
+    // Four of the five come back; the one the second waiter counted on stays taken. At 300 ms
+    // the bucket then owes half a token, so a newcomer needs 1.5 tokens' time: 300 ms.
+    assert_eq!(bucket.acquire(1).await, Ok(ms(300)));
+    assert_eq!(start.elapsed(), ms(600));
+    // The second waiter still wakes at its own instant, once.
+    assert_eq!(second.await.unwrap(), (Ok(ms(1_199)), ms(1_200)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn acquire_timeout_that_cannot_succeed_returns_at_once_and_takes_nothing() {
+    let start = Instant::now();
+    let bucket = bucket(five_per_second().start_empty());
+    // (n, timeout, result): tokens accrue every 200 ms from empty.
+    let rows = [
+        (
+            1,
+            ms(0),
+            Err(Denied::Insufficient {
+                retry_after: ms(200),
+            }),
+        ),
+        (1, ms(199), Err(Denied::Insufficient { retry_after: ms(1) })),
+        (
+            5,
+            ms(900),
+            Err(Denied::Insufficient {
+                retry_after: ms(100),
+            }),
+        ),
+        (6, Duration::MAX, Err(Denied::ExceedsCapacity { burst: 5 })),
+        (0, ms(0), Ok(Duration::ZERO)),
+    ];
+    for (n, limit, result) in rows {
+        assert_eq!(bucket.acquire_timeout(n, limit).await, result, "n = {n}");
+        assert_eq!(start.elapsed(), Duration::ZERO, "n = {n}: no time passes");
+    }
+    // Nothing was taken: the whole burst is due at 1 s, as it was.
+    assert_eq!(bucket.acquire_timeout(5, ms(1_000)).await, Ok(ms(1_000)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn more_than_the_burst_fails_at_once_even_from_a_full_bucket() {
+    let start = Instant::now();
+    let bucket = bucket(five_per_second());
+    assert_eq!(
+        bucket.acquire(6).await,
+        Err(Denied::ExceedsCapacity { burst: 5 })
+    );
+    assert_eq!(
+        bucket.acquire(u32::MAX).await,
+        Err(Denied::ExceedsCapacity { burst: 5 })
+    );
+    assert_eq!(start.elapsed(), Duration::ZERO);
+    assert_eq!(bucket.available(), 5);
+}
+
+/// Real time, two worker threads: tasks on both share the bucket, none is served early and the
+/// last is served when the arithmetic says.
+#[test]
+fn tasks_on_a_multi_threaded_runtime_share_the_bucket_none_early() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_time()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let start = Instant::now();
+        // 50 tasks at 100/s with a burst of 10: the last is due at 400 ms.
+        let bucket = bucket(Quota::new(Rate::per_second(100)).burst(10));
+        let mut tasks = JoinSet::new();
+        for _ in 0..50 {
+            let bucket = bucket.clone();
+            tasks.spawn(async move {
+                let waited = bucket.acquire(1).await.unwrap();
+                (start.elapsed(), waited)
+            });
+        }
+        let mut served = tasks.join_all().await;
+        served.sort();
+        for (k, (at, waited)) in served.iter().enumerate() {
+            // The k-th served (from 0) cannot precede the k-th due instant, (k + 1 − 10) / 100 s.
+            let due = ms(10 * (k as u64 + 1).saturating_sub(10));
+            assert!(*at >= due, "served {k} at {at:?}, due at {due:?}");
+            assert!(at >= waited);
+        }
+        let last = served[49].0;
+        // Generous above: a loaded two-core machine can be late, never early.
+        assert!(last < ms(400) + ms(500), "last served at {last:?}");
+    });
+}
