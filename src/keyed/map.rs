@@ -216,6 +216,18 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word> KeyedLimiter<K, C, W> {
         self.len() == 0
     }
 
+    /// Heap bytes the limiter's tables hold now: entries, their control bytes and the free
+    /// room of each shard's table (not memory that keys own themselves, such as a `String`'s).
+    pub fn heap_bytes(&self) -> usize {
+        let shards = self.shards.len() * core::mem::size_of::<Shard<K, W>>();
+        let tables: usize = self
+            .shards
+            .iter()
+            .map(|shard| read(shard).table.allocation_size())
+            .sum();
+        shards + tables
+    }
+
     /// The most keys held at once.
     pub fn capacity(&self) -> usize {
         self.capacity
