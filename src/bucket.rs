@@ -400,16 +400,59 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
         Ok(n as u64 * p.units_per_token.get())
     }
 
+    /// The bucket's word and parameters, for the CAS driver.
+    #[inline]
+    pub(crate) fn cell(&self) -> WordCell<'_, W> {
+        WordCell {
+            word: &self.word,
+            params: &self.params,
+            #[cfg(loom)]
+            lost_update: self.lost_update,
+        }
+    }
+
+    #[inline]
+    fn update<T, E>(
+        &self,
+        now_ticks: u64,
+        transition: impl FnMut(u64, u64) -> Result<(u64, T), E>,
+    ) -> Result<T, E> {
+        self.cell().update(now_ticks, transition)
+    }
+}
+
+/// One word and the parameters it is read with: what the CAS driver needs, whether the word
+/// sits in a [`TokenBucket`] or in a slot of a keyed table that shares one set of parameters.
+pub(crate) struct WordCell<'a, W: Word> {
+    pub(crate) word: &'a W::Atomic,
+    pub(crate) params: &'a Params,
+    /// Models only: a blind store instead of compare-exchange, which the models must catch.
+    #[cfg(loom)]
+    pub(crate) lost_update: bool,
+}
+
+impl<'a, W: Word> WordCell<'a, W> {
+    /// The CAS driver over `word`, laid out by `params`.
+    #[inline]
+    pub(crate) fn new(word: &'a W::Atomic, params: &'a Params) -> Self {
+        WordCell {
+            word,
+            params,
+            #[cfg(loom)]
+            lost_update: false,
+        }
+    }
+
     /// The CAS driver: runs `transition(word, now_units)` against the current word until the
     /// compare-exchange lands, or returns its error without writing.
     #[inline]
-    fn update<T, E>(
+    pub(crate) fn update<T, E>(
         &self,
         now_ticks: u64,
         mut transition: impl FnMut(u64, u64) -> Result<(u64, T), E>,
     ) -> Result<T, E> {
         let now_units = self.params.units_at(now_ticks);
-        let mut word = W::load(&self.word);
+        let mut word = W::load(self.word);
         if word == self.params.unused {
             word = self.first_use(now_units);
         }
@@ -418,13 +461,13 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
             #[cfg(loom)]
             if self.lost_update {
                 // A blind store: whatever the word holds now is overwritten.
-                let mut current = W::load(&self.word);
-                while let Err(actual) = W::compare_exchange(&self.word, current, new) {
+                let mut current = W::load(self.word);
+                while let Err(actual) = W::compare_exchange(self.word, current, new) {
                     current = actual;
                 }
                 return Ok(out);
             }
-            match W::compare_exchange(&self.word, word, new) {
+            match W::compare_exchange(self.word, word, new) {
                 Ok(()) => return Ok(out),
                 Err(actual) => word = actual,
             }
@@ -437,7 +480,7 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
     fn first_use(&self, now_units: u64) -> u64 {
         let fresh = self.params.fresh(now_units);
         loop {
-            match W::compare_exchange(&self.word, self.params.unused, fresh) {
+            match W::compare_exchange(self.word, self.params.unused, fresh) {
                 Ok(()) => return fresh,
                 Err(actual) if actual != self.params.unused => return actual,
                 Err(_spurious) => {}

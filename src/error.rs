@@ -74,6 +74,8 @@ pub enum ConfigError {
     /// (one hour for the 32-bit word) at this rate, or the burst itself, needs more distinct
     /// instants than the word has. Count tokens in coarser units, or lower the burst.
     Unrepresentable,
+    /// A keyed limiter was asked to hold no keys.
+    ZeroCapacity,
 }
 
 impl fmt::Display for ConfigError {
@@ -101,6 +103,7 @@ impl ConfigError {
             ConfigError::Unrepresentable => {
                 "rate and burst cannot be held exactly in the bucket's word on this clock; count tokens in coarser units or lower the burst"
             }
+            ConfigError::ZeroCapacity => "keyed limiter capacity is zero",
         }
     }
 }

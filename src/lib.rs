@@ -49,6 +49,9 @@
 //! | `defmt` | no | `defmt::Format` on the public types |
 //! | `embedded-hal` | no | `TokenBucket::acquire_with_delay`: blocking waits through `DelayNs` |
 //! | `tokio` | no | `TokioClock`, `TokenBucket::acquire(n).await`: cancel-safe async waits |
+//! | `std` | yes | [`KeyedLimiter`]: per-key limits for servers, sharded, capped |
+//! | `heapless` | no | `KeyedTable`: per-key limits in fixed memory, safe in interrupt handlers |
+//! | `tower` | no | `layer`: tower middleware, rejection (429 headers) or backpressure |
 //!
 //! Without `std` the crate is `no_std` and needs only atomics. On targets without
 //! compare-and-swap (thumbv6m, riscv32imc) the final firmware chooses how portable-atomic
@@ -74,6 +77,10 @@ mod approx;
 mod bucket;
 mod clock;
 mod error;
+#[cfg(any(feature = "std", feature = "heapless"))]
+mod keyed;
+#[cfg(feature = "tower")]
+pub mod layer;
 mod params;
 mod rate;
 mod sync;
@@ -88,6 +95,12 @@ pub use clock::ManualClock;
 #[cfg(feature = "std")]
 pub use clock::StdClock;
 pub use error::{ConfigError, Denied};
+#[cfg(feature = "std")]
+pub use keyed::KeyedLimiter;
+#[cfg(all(feature = "heapless", not(loom)))]
+pub use keyed::KeyedTable;
+#[cfg(any(feature = "std", feature = "heapless"))]
+pub use keyed::{KeyedDenied, WhenFull};
 pub use rate::{Quota, Rate};
 #[cfg(feature = "tokio")]
 pub use wait::TokioClock;

@@ -1,0 +1,91 @@
+//! An HTTP server that limits each client address, answering `429 Too Many Requests` with
+//! `Retry-After` and the IETF draft's `RateLimit` / `RateLimit-Policy` headers.
+//!
+//! ```text
+//! cargo run --example axum_server --features tower -- 3000
+//! curl -i http://127.0.0.1:3000/      # ten at once, then five a second, per address
+//! ```
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::error_handling::HandleErrorLayer;
+use axum::extract::ConnectInfo;
+use axum::http::{HeaderValue, Request, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use tollgate::layer::{BoxError, RateLimited, RejectLayer};
+use tollgate::{KeyedLimiter, Quota, Rate, StdClock, WhenFull};
+use tower::ServiceBuilder;
+
+/// One bucket per client address; requests without one share a bucket.
+pub type PerAddress = KeyedLimiter<Option<IpAddr>, StdClock>;
+
+/// The application: one route, limited per client address.
+pub fn app(limiter: Arc<PerAddress>) -> Router {
+    let client_address = |request: &Request<Body>| {
+        request
+            .extensions()
+            .get::<ConnectInfo<SocketAddr>>()
+            .map(|ConnectInfo(address)| address.ip())
+    };
+    Router::new().route("/", get(|| async { "hello\n" })).layer(
+        ServiceBuilder::new()
+            .layer(HandleErrorLayer::new(refusal_response))
+            .layer(RejectLayer::per_key(limiter, client_address)),
+    )
+}
+
+/// Maps the limiter's refusal to its HTTP answer.
+async fn refusal_response(error: BoxError) -> Response {
+    let Some(limited) = error.downcast_ref::<RateLimited>() else {
+        return (StatusCode::INTERNAL_SERVER_ERROR, error.to_string()).into_response();
+    };
+    let status = StatusCode::from_u16(limited.status()).unwrap_or(StatusCode::TOO_MANY_REQUESTS);
+    let mut response = (status, format!("{limited}\n")).into_response();
+    for (name, value) in limited.headers().pairs() {
+        if let Ok(value) = HeaderValue::from_str(value) {
+            response.headers_mut().insert(name, value);
+        }
+    }
+    response
+}
+
+/// The limiter: ten requests at once, then five a second, for up to 100 000 addresses; a new
+/// address beyond that is refused (503) until buckets fill up and are evicted.
+pub fn limiter(quota: Quota) -> Arc<PerAddress> {
+    let limiter = KeyedLimiter::new(quota, StdClock, 100_000, WhenFull::Refuse)
+        .expect("the quota fits the word");
+    Arc::new(limiter)
+}
+
+/// Serves `app` on `listener` until the process ends, sweeping full buckets every ten seconds.
+pub async fn serve(listener: tokio::net::TcpListener, limiter: Arc<PerAddress>) {
+    let sweeper = Arc::clone(&limiter);
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(Duration::from_secs(10));
+        loop {
+            every.tick().await;
+            sweeper.sweep();
+        }
+    });
+    let service = app(limiter).into_make_service_with_connect_info::<SocketAddr>();
+    if let Err(error) = axum::serve(listener, service).await {
+        eprintln!("server stopped: {error}");
+    }
+}
+
+#[tokio::main]
+async fn main() -> std::io::Result<()> {
+    let port: u16 = std::env::args()
+        .nth(1)
+        .and_then(|arg| arg.parse().ok())
+        .unwrap_or(3000);
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
+    println!("listening on http://{}", listener.local_addr()?);
+    serve(listener, limiter(Quota::new(Rate::per_second(5)).burst(10))).await;
+    Ok(())
+}

@@ -1,0 +1,114 @@
+//! A real HTTP check on loopback: the example server's app, and clients on their own
+//! addresses. A client over its limit gets 429s whose `Retry-After` is right (the next token's
+//! wait rounded up, and waiting that long is enough); a client within its limit gets none.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpSocket};
+use tollgate::{Quota, Rate};
+
+#[allow(dead_code)]
+#[path = "../examples/axum_server.rs"]
+mod axum_server;
+
+struct Reply {
+    status: u16,
+    headers: HashMap<String, String>,
+}
+
+/// One `GET /` from `client` (a loopback address of its own) on a new connection.
+async fn get(server: SocketAddr, client: [u8; 4]) -> Reply {
+    let socket = TcpSocket::new_v4().unwrap();
+    socket.bind(SocketAddr::from((client, 0))).unwrap();
+    let mut stream = socket.connect(server).await.unwrap();
+    stream
+        .write_all(b"GET / HTTP/1.1\r\nHost: tollgate\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut raw = String::new();
+    stream.read_to_string(&mut raw).await.unwrap();
+    let head = raw.split("\r\n\r\n").next().unwrap();
+    let mut lines = head.lines();
+    let status = lines
+        .next()
+        .unwrap()
+        .split(' ')
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let headers = lines
+        .filter_map(|line| line.split_once(": "))
+        .map(|(name, value)| (name.to_ascii_lowercase(), value.to_owned()))
+        .collect();
+    Reply { status, headers }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_the_limit_gets_429_with_a_correct_retry_after_and_under_it_none() {
+    // Three at once, then one every two seconds, per client address.
+    let quota = Quota::new(Rate::new(1, Duration::from_secs(2))).burst(3);
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let server = listener.local_addr().unwrap();
+    let serving = tokio::spawn(axum_server::serve(listener, axum_server::limiter(quota)));
+
+    const GREEDY: [u8; 4] = [127, 0, 0, 2];
+    const POLITE: [u8; 4] = [127, 0, 0, 3];
+
+    // The polite client sends its burst of three while the greedy one floods.
+    let polite = tokio::spawn(async move {
+        let mut statuses = Vec::new();
+        for _ in 0..3 {
+            statuses.push(get(server, POLITE).await.status);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        statuses
+    });
+
+    // The greedy client: 200 requests over 8 connections at a time.
+    let started = Instant::now();
+    let mut replies = Vec::new();
+    for _ in 0..25 {
+        let batch: Vec<_> = (0..8).map(|_| tokio::spawn(get(server, GREEDY))).collect();
+        for reply in batch {
+            replies.push(reply.await.unwrap());
+        }
+    }
+    let flood = started.elapsed();
+    let ok = replies.iter().filter(|r| r.status == 200).count();
+    let refused: Vec<_> = replies.iter().filter(|r| r.status == 429).collect();
+    assert_eq!(ok + refused.len(), 200, "only 200s and 429s");
+    // Three at once, plus one per two seconds the flood lasted.
+    let earned = 3 + (flood.as_secs_f64() / 2.0).floor() as usize;
+    assert!(ok >= 3 && ok <= earned, "{ok} granted in {flood:?}");
+    for reply in &refused {
+        let retry: u64 = reply.headers["retry-after"].parse().unwrap();
+        assert!((1..=2).contains(&retry), "Retry-After {retry}");
+        assert_eq!(reply.headers["ratelimit-policy"], "\"default\";q=3;w=6");
+        assert!(reply.headers["ratelimit"].starts_with("\"default\";r=0;t="));
+    }
+    if flood < Duration::from_millis(900) {
+        // The bucket was emptied well within the first second: the next token is due in
+        // (1, 2] s, which rounds up to 2.
+        assert_eq!(refused[0].headers["retry-after"], "2");
+    }
+
+    // Waiting as long as told is enough.
+    let now = get(server, GREEDY).await;
+    assert_eq!(now.status, 429);
+    let retry: u64 = now.headers["retry-after"].parse().unwrap();
+    tokio::time::sleep(Duration::from_secs(retry)).await;
+    assert_eq!(get(server, GREEDY).await.status, 200);
+    assert_eq!(get(server, GREEDY).await.status, 429);
+
+    let polite = polite.await.unwrap();
+    assert_eq!(
+        polite,
+        [200, 200, 200],
+        "the polite client is never refused"
+    );
+    serving.abort();
+}
