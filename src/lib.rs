@@ -45,6 +45,8 @@
 //! | `std` | yes | [`StdClock`] |
 //! | `defmt` | no | `defmt::Format` on the public types |
 //! | `embedded-hal` | no | `TokenBucket::acquire_with_delay`: blocking waits through `DelayNs` |
+//! | `quanta` | no | `TscClock`: the CPU's time-stamp counter, for hot paths (implies `std`) |
+//! | `coarse-clock` | no | `CoarseClock`: one atomic refreshed every millisecond (implies `std`) |
 //!
 //! Without `std` the crate is `no_std` and needs only atomics. On targets without
 //! compare-and-swap (thumbv6m, riscv32imc) the final firmware chooses how portable-atomic
@@ -68,11 +70,15 @@ extern crate std;
 
 mod bucket;
 mod clock;
+#[cfg(all(feature = "coarse-clock", not(loom)))]
+mod coarse_clock;
 mod error;
 mod params;
 mod rate;
 mod sync;
 mod transition;
+#[cfg(feature = "quanta")]
+mod tsc_clock;
 mod wait;
 mod word;
 
@@ -82,6 +88,10 @@ pub use clock::Clock;
 pub use clock::ManualClock;
 #[cfg(feature = "std")]
 pub use clock::StdClock;
+#[cfg(all(feature = "coarse-clock", not(loom)))]
+pub use coarse_clock::CoarseClock;
 pub use error::{ConfigError, Denied};
 pub use rate::{Quota, Rate};
+#[cfg(feature = "quanta")]
+pub use tsc_clock::TscClock;
 pub use word::{DefaultWord, Word};
