@@ -80,17 +80,29 @@ fn available(c: &mut Criterion) {
     let mut group = c.benchmark_group("available");
     let manual = ManualClock::starting_at(1 << 40);
     let on_manual = bucket(quota, &manual);
-    group.bench_function("manual/tollgate", |b| b.iter(|| black_box(&on_manual).available()));
+    group.bench_function("manual/tollgate", |b| {
+        b.iter(|| black_box(&on_manual).available())
+    });
     let on_std = bucket(quota, StdClock);
-    group.bench_function("std/tollgate", |b| b.iter(|| black_box(&on_std).available()));
+    group.bench_function("std/tollgate", |b| {
+        b.iter(|| black_box(&on_std).available())
+    });
     let limiter = ratelimit(Path::Allow);
-    group.bench_function("std/ratelimit", |b| b.iter(|| black_box(&limiter).available()));
+    group.bench_function("std/ratelimit", |b| {
+        b.iter(|| black_box(&limiter).available())
+    });
     let mutex = mutex_bucket(StdClock, Path::Allow);
-    group.bench_function("std/mutex-f64", |b| b.iter(|| black_box(&mutex).available()));
+    group.bench_function("std/mutex-f64", |b| {
+        b.iter(|| black_box(&mutex).available())
+    });
     let on_tsc = bucket(quota, tsc());
-    group.bench_function("tsc/tollgate", |b| b.iter(|| black_box(&on_tsc).available()));
+    group.bench_function("tsc/tollgate", |b| {
+        b.iter(|| black_box(&on_tsc).available())
+    });
     let on_coarse = bucket(quota, coarse());
-    group.bench_function("coarse/tollgate", |b| b.iter(|| black_box(&on_coarse).available()));
+    group.bench_function("coarse/tollgate", |b| {
+        b.iter(|| black_box(&on_coarse).available())
+    });
     group.finish();
 }
 

@@ -69,7 +69,9 @@ impl CoarseClock {
     /// Like [`new`](Self::new), or the error that kept the upkeep thread from starting.
     pub fn try_new() -> io::Result<Self> {
         // A panic elsewhere cannot leave the flag half-written: take it even if poisoned.
-        let mut running = UPKEEP.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut running = UPKEEP
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         if !*running {
             std::thread::Builder::new()
                 .name("tollgate-coarse-clock".into())

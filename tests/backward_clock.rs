@@ -21,7 +21,7 @@ fn a_step_back_is_time_not_yet_earned() {
         (10, Ok(())),
         (10, Ok(())),
         (10, Err(1)),
-        (7, Err(4)), // another core, 3 ms behind: denied until it catches up
+        (7, Err(4)),  // another core, 3 ms behind: denied until it catches up
         (11, Ok(())), // back on time: the one token earned since 10 ms
         (8, Err(4)),
         (11, Err(1)),

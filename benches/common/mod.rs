@@ -182,8 +182,12 @@ pub fn mutex_bucket<C: Clock + Send + Sync>(clock: C, path: Path) -> MutexBucket
 
 // ---- governor ----
 
-pub type Governor<C> =
-    governor::RateLimiter<governor::state::NotKeyed, governor::state::InMemoryState, C>;
+pub type Governor<C> = governor::RateLimiter<
+    governor::state::NotKeyed,
+    governor::state::InMemoryState,
+    C,
+    governor::middleware::NoOpMiddleware<<C as governor::clock::Clock>::Instant>,
+>;
 
 impl<C> Limiter for Governor<C>
 where
