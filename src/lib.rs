@@ -52,6 +52,8 @@
 //! | `std` | yes | [`KeyedLimiter`]: per-key limits for servers, sharded, capped |
 //! | `heapless` | no | `KeyedTable`: per-key limits in fixed memory, safe in interrupt handlers |
 //! | `tower` | no | `layer`: tower middleware, rejection (429 headers) or backpressure |
+//! | `quanta` | no | `TscClock`: the CPU's time-stamp counter, for hot paths (implies `std`) |
+//! | `coarse-clock` | no | `CoarseClock`: one atomic refreshed every millisecond (implies `std`) |
 //!
 //! Without `std` the crate is `no_std` and needs only atomics. On targets without
 //! compare-and-swap (thumbv6m, riscv32imc) the final firmware chooses how portable-atomic
@@ -76,6 +78,8 @@ extern crate std;
 mod approx;
 mod bucket;
 mod clock;
+#[cfg(all(feature = "coarse-clock", not(loom)))]
+mod coarse_clock;
 mod error;
 #[cfg(any(feature = "std", feature = "heapless"))]
 mod keyed;
@@ -85,6 +89,8 @@ mod params;
 mod rate;
 mod sync;
 mod transition;
+#[cfg(feature = "quanta")]
+mod tsc_clock;
 mod wait;
 mod word;
 
@@ -94,6 +100,8 @@ pub use clock::Clock;
 pub use clock::ManualClock;
 #[cfg(feature = "std")]
 pub use clock::StdClock;
+#[cfg(all(feature = "coarse-clock", not(loom)))]
+pub use coarse_clock::CoarseClock;
 pub use error::{ConfigError, Denied};
 #[cfg(feature = "std")]
 pub use keyed::KeyedLimiter;
@@ -102,6 +110,8 @@ pub use keyed::KeyedTable;
 #[cfg(any(feature = "std", feature = "heapless"))]
 pub use keyed::{KeyedDenied, WhenFull};
 pub use rate::{Quota, Rate};
+#[cfg(feature = "quanta")]
+pub use tsc_clock::TscClock;
 #[cfg(feature = "tokio")]
 pub use wait::TokioClock;
 pub use word::{DefaultWord, Word};

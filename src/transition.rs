@@ -14,8 +14,13 @@ impl Params {
     /// The clock reading in units, read to the quantum.
     #[inline]
     pub(crate) fn units_at(&self, now_ticks: u64) -> u64 {
-        ((now_ticks >> self.shift) & self.quanta_mask).wrapping_mul(self.units_per_quantum.get())
-            & self.units_mask
+        // Most layouts read every tick (`shift = 0`, no quanta mask): spare them two steps.
+        let quanta = if self.shift == 0 {
+            now_ticks
+        } else {
+            (now_ticks >> self.shift) & self.quanta_mask
+        };
+        quanta.wrapping_mul(self.units_per_quantum.get()) & self.units_mask
     }
 
     /// The word a bucket starts from at its first use.
