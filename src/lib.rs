@@ -45,6 +45,7 @@
 //! | `std` | yes | [`StdClock`] |
 //! | `defmt` | no | `defmt::Format` on the public types |
 //! | `embedded-hal` | no | `TokenBucket::acquire_with_delay`: blocking waits through `DelayNs` |
+//! | `redis` | no | [`RedisBucket`](crate::redis::RedisBucket): one quota shared by many processes, in Redis |
 //!
 //! Without `std` the crate is `no_std` and needs only atomics. On targets without
 //! compare-and-swap (thumbv6m, riscv32imc) the final firmware chooses how portable-atomic
@@ -71,11 +72,15 @@ mod clock;
 mod error;
 mod params;
 mod rate;
+#[cfg(feature = "redis")]
+pub mod redis;
 mod sync;
 mod transition;
 mod wait;
 mod word;
 
+#[cfg(feature = "redis")]
+pub use self::redis::RedisBucket;
 pub use bucket::{Reservation, TokenBucket};
 pub use clock::Clock;
 #[cfg(any(loom, target_has_atomic = "64"))]
