@@ -45,7 +45,7 @@
 //! | `std` | yes | [`StdClock`] |
 //! | `defmt` | no | `defmt::Format` on the public types |
 //! | `embedded-hal` | no | `TokenBucket::acquire_with_delay`: blocking waits through `DelayNs` |
-//! | `redis` | no | [`RedisBucket`](crate::redis::RedisBucket): one quota shared by many processes, in Redis |
+//! | `redis` | no | `RedisBucket`: one quota shared by many processes, kept in Redis |
 //!
 //! Without `std` the crate is `no_std` and needs only atomics. On targets without
 //! compare-and-swap (thumbv6m, riscv32imc) the final firmware chooses how portable-atomic

@@ -429,7 +429,10 @@ impl RedisBucket {
             inner: Arc::clone(&self.inner),
             reservation: Some(reservation),
         };
-        tokio::time::sleep(wait).await;
+        if !wait.is_zero() {
+            // (A zero sleep would still wait for the timer's next millisecond.)
+            tokio::time::sleep(wait).await;
+        }
         pending.reservation = None; // acted on: the tokens are spent
         Ok(wait)
     }

@@ -140,5 +140,12 @@ fn idle_keys_vanish_when_the_bucket_is_full() {
         assert!(again.wait() <= Duration::from_millis(500), "{again:?}");
         let pttl: u64 = server.command(&["PTTL", "idle"])[1..].parse().unwrap();
         assert!((1_300..=1_502).contains(&pttl), "PTTL {pttl} ms"); // 15 tokens short
+
+        // A server that forgot the script (a restart, `SCRIPT FLUSH`) gets it again: EVALSHA
+        // answers NOSCRIPT, the client loads it and runs it, in the same call.
+        assert_eq!(server.command(&["SCRIPT", "FLUSH"]), "+OK");
+        let level = bucket.level().await.unwrap();
+        assert_eq!(level.remaining, 0);
+        assert!(level.until_full > Duration::from_millis(1_300), "{level:?}");
     });
 }
