@@ -27,6 +27,8 @@
 //! quota from each call and trusts it. A server restarted without persistence forgets its keys,
 //! which reads as full buckets.
 
+mod answers;
+mod builder;
 mod error;
 mod layout;
 
@@ -35,195 +37,18 @@ use std::string::{String, ToString};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use ::redis::aio::ConnectionManager;
 use ::redis::Script;
 
+use self::answers::Held;
+pub use self::answers::{FaultPolicy, Grant, Level, RedisReservation, Source};
+pub use self::builder::Builder;
 pub use self::error::{Error, Fault, SetupError};
 /// The `redis` crate's client, from which a bucket connects.
 pub use ::redis::Client;
 
 use self::layout::Layout;
 use crate::{Denied, Quota, Reservation, StdClock, TokenBucket};
-
-/// What a bucket does while Redis cannot answer (a connection refused or dropped, a server
-/// restarting, no answer within the timeout).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum FaultPolicy {
-    /// Deny with [`Error::Unavailable`]: no request passes unless Redis counted it. The
-    /// default.
-    FailClosed,
-    /// Grant everything, counting nothing ([`Source::Open`]): the limit protects a service that
-    /// copes with a short overload better than with an outage.
-    FailOpen,
-    /// Decide with a local bucket of this quota, kept in this process ([`Source::Fallback`]).
-    /// Size it as this process's share of the shared quota, so that all processes together stay
-    /// within it: see [`fallback_share`](Self::fallback_share).
-    Fallback(Quota),
-}
-
-impl FaultPolicy {
-    /// A local fallback with `1/parts` of `quota`'s rate and burst (at least one token),
-    /// starting full: `parts` processes falling back together grant at most the quota.
-    pub const fn fallback_share(quota: Quota, parts: u64) -> Self {
-        let burst = match quota.burst_size().checked_div(parts) {
-            Some(0) | None => 1,
-            Some(burst) => burst,
-        };
-        FaultPolicy::Fallback(Quota::new(quota.rate().divided_by(parts)).burst(burst))
-    }
-}
-
-/// Who decided a grant.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Source {
-    /// The shared bucket in Redis.
-    Redis,
-    /// The local fallback bucket, while Redis could not answer.
-    Fallback,
-    /// Nobody: Redis could not answer and the policy is to fail open.
-    Open,
-}
-
-/// A bucket's level after a call.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Level {
-    /// Whole tokens in the bucket; 0 while reservations hold it in debt.
-    pub remaining: u64,
-    /// How long until the bucket is full again (and, in Redis, until its key expires).
-    pub until_full: Duration,
-}
-
-/// A granted [`try_acquire`](RedisBucket::try_acquire).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Grant {
-    /// Who decided.
-    pub source: Source,
-    /// The deciding bucket after the grant; `None` when it failed open and nothing counted.
-    pub level: Option<Level>,
-}
-
-/// Tokens taken now for use later: the result of [`RedisBucket::reserve`].
-///
-/// Reservations in Redis are served in the order Redis received them, across all processes.
-/// Act after [`wait`](Self::wait), or give the tokens back with [`RedisBucket::cancel`].
-#[derive(Debug)]
-#[must_use = "the tokens are taken: act after `wait()`, or give them back with `cancel`"]
-pub struct RedisReservation {
-    tokens: u32,
-    wait: Duration,
-    held: Held,
-}
-
-#[derive(Debug)]
-enum Held {
-    /// The bucket right after the grant, as the script reported it: the instant it is due.
-    Redis {
-        now_us: i64,
-        level: i64,
-    },
-    Fallback(Reservation),
-    Open,
-    Nothing,
-}
-
-impl RedisReservation {
-    /// How long after the reservation was made the caller may act. Zero when it may act at once.
-    pub fn wait(&self) -> Duration {
-        self.wait
-    }
-
-    /// The tokens reserved.
-    pub fn tokens(&self) -> u32 {
-        self.tokens
-    }
-
-    /// Who granted it; [`Source::Redis`] for zero tokens.
-    pub fn source(&self) -> Source {
-        match self.held {
-            Held::Redis { .. } | Held::Nothing => Source::Redis,
-            Held::Fallback(_) => Source::Fallback,
-            Held::Open => Source::Open,
-        }
-    }
-}
-
-/// Builds a [`RedisBucket`]: see [`RedisBucket::builder`].
-#[derive(Debug)]
-pub struct Builder {
-    client: Client,
-    key: String,
-    quota: Quota,
-    policy: FaultPolicy,
-    timeout: Duration,
-}
-
-impl Builder {
-    /// What the bucket does while Redis cannot answer; [`FaultPolicy::FailClosed`] by default.
-    pub fn policy(mut self, policy: FaultPolicy) -> Self {
-        self.policy = policy;
-        self
-    }
-
-    /// How long a call waits for Redis, connecting included, before the fault policy decides;
-    /// 200 ms by default.
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
-    }
-
-    /// Builds the bucket and reaches Redis once, within the timeout: the script is loaded and
-    /// the start fill applied now if the key is absent, as the local bucket's `try_new` does.
-    pub async fn connect(self) -> Result<RedisBucket, SetupError> {
-        let bucket = self.connect_lazy()?;
-        match bucket.inner.call(Op::Peek).await {
-            Ok(_) => Ok(bucket),
-            Err(fault) => Err(SetupError::Redis(fault.to_string())),
-        }
-    }
-
-    /// Builds the bucket without reaching Redis: the first call that reaches it applies the
-    /// start fill if the key is absent, and until Redis answers the fault policy decides. Call
-    /// it within a tokio runtime.
-    pub fn connect_lazy(self) -> Result<RedisBucket, SetupError> {
-        let layout = Layout::solve(&self.quota)?;
-        let policy = match self.policy {
-            FaultPolicy::FailClosed => Policy::FailClosed,
-            FaultPolicy::FailOpen => Policy::FailOpen,
-            FaultPolicy::Fallback(quota) => Policy::Fallback(
-                TokenBucket::try_new(quota, StdClock).map_err(SetupError::Fallback)?,
-            ),
-        };
-        if tokio::runtime::Handle::try_current().is_err() {
-            return Err(SetupError::Redis(String::from(
-                "not within a tokio runtime",
-            )));
-        }
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(self.timeout))
-            .set_response_timeout(Some(self.timeout))
-            // Reconnect quickly, then leave the next call to try again: a call never waits on
-            // a long backoff, and the timeout bounds it anyway.
-            .set_number_of_retries(1)
-            .set_min_delay(Duration::from_millis(10))
-            .set_max_delay(Duration::from_millis(100));
-        let connection = ConnectionManager::new_lazy_with_config(self.client, config)
-            .map_err(|error| SetupError::Redis(error.to_string()))?;
-        Ok(RedisBucket {
-            inner: Arc::new(Inner {
-                connection,
-                script: Script::new(include_str!("script.lua")),
-                key: self.key,
-                layout,
-                quota: self.quota,
-                policy,
-                timeout: self.timeout,
-                start_pending: AtomicBool::new(true),
-                fixed_now_us: AtomicU64::new(TIME),
-            }),
-        })
-    }
-}
 
 /// A token bucket shared by every process that uses the same key on the same Redis.
 ///
@@ -295,7 +120,7 @@ impl RedisBucket {
 
     /// Takes `n` tokens now, or says how long until it could.
     ///
-    /// Never waits beyond one round trip. `n = 0` always succeeds and reports the level; `n`
+    /// Never waits beyond one round trip. `n = 0` takes nothing and reports the level; `n`
     /// above the burst is [`Denied::ExceedsCapacity`] at once, without a round trip. A denial
     /// takes nothing.
     pub async fn try_acquire(&self, n: u32) -> Result<Grant, Error> {
