@@ -230,18 +230,10 @@ fn long_random_sequences_agree() {
         // 2 per 1.000003 ms: 2000 units a microsecond, 1 000 003 a token.
         Quota::new(Rate::new(2, Duration::from_nanos(1_000_003))).burst(7),
     ];
-    let gaps_us = [
-        0,
-        0,
-        1,
-        7,
-        333,
-        10_000,
-        99_999,
-        1_000_000,
-        5_000_000,
-        86_400_000_000,
-    ];
+    // Mostly short gaps, so that reservations pile up and overtake each other; now and then a
+    // long one, so that the bucket refills and idles.
+    let short_gaps_us = [0, 1, 7, 333, 10_000];
+    let long_gaps_us = [99_999, 1_000_000, 5_000_000, 86_400_000_000];
     let waits = [
         Duration::ZERO,
         ms(1),
@@ -262,7 +254,10 @@ fn long_random_sequences_agree() {
         let mut at = 0;
         let steps: Vec<_> = (0..400)
             .map(|_| {
-                at += gaps_us[next(gaps_us.len())];
+                at += match next(8) {
+                    0 => long_gaps_us[next(long_gaps_us.len())],
+                    _ => short_gaps_us[next(short_gaps_us.len())],
+                };
                 let n = next(burst + 2) as u32;
                 let step = match next(10) {
                     0..=3 => Step::Take(n),
