@@ -115,10 +115,11 @@ fn a_killed_server_follows_each_policy_and_clients_resume() {
         let count = |phase: &[&Sample], outcome: &str| {
             phase.iter().filter(|s| s.outcome == outcome).count() as u64
         };
-        // Nothing hangs: every call returned within the timeout and a margin for a busy box.
+        // Nothing hangs: every call returned within the timeout and a margin for a busy box
+        // (whose scheduler may leave a process waiting for a few hundred milliseconds).
         let slowest = samples.iter().map(|s| s.latency_us).max().unwrap();
         assert!(
-            slowest <= (TIMEOUT + Duration::from_millis(300)).as_micros() as u64,
+            slowest <= (TIMEOUT + Duration::from_millis(800)).as_micros() as u64,
             "{role}: a call took {slowest} µs"
         );
 

@@ -32,12 +32,13 @@ fn nginx_sees_the_shared_rate() {
 
     let (ok, limited) = run(&server, &nginx, "under", 90);
     assert_eq!(limited, 0, "nginx limited a 90/s bucket ({ok} passed)");
-    // And the processes did send at close to the rate (the small burst leaves little slack
-    // for the moments when a busy box runs none of them).
+    // And the processes did send, near the rate. Each holds one reservation at a time, so
+    // that nothing granted early can bunch up in front of nginx after a stall; the price is
+    // that tokens lapse whenever a busy box runs none of the four for a while.
     let expected = BURST + 90 * SECONDS;
     assert!(
-        ok * 100 >= expected * 85,
-        "{ok} requests, below 85 % of {expected}"
+        ok * 100 >= expected * 60,
+        "{ok} requests, below 60 % of {expected}"
     );
 
     let (ok, limited) = run(&server, &nginx, "over", 150);
