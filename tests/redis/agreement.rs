@@ -7,7 +7,7 @@ use std::time::Duration;
 use tollgate::redis::{Client, Error, RedisBucket, RedisReservation, Source};
 use tollgate::{Denied, ManualClock, Quota, Rate, Reservation, TokenBucket};
 
-use crate::support::{runtime, RedisServer};
+use crate::support::{runtime, serial, RedisServer};
 
 /// A realistic Redis `TIME` in microseconds (November 2023), so the script's sums run near
 /// their real magnitudes.
@@ -150,6 +150,7 @@ fn denied(error: Error) -> Denied {
 
 #[test]
 fn the_twelve_requests_of_the_tour() {
+    let _serial = serial();
     let server = RedisServer::start();
     // 2 per second, burst 5, a request every 200 ms: the burst, then two a second.
     let quota = Quota::new(Rate::per_second(2)).burst(5);
@@ -171,6 +172,7 @@ fn the_twelve_requests_of_the_tour() {
 
 #[test]
 fn reservations_queue_and_cancel_by_the_same_rule() {
+    let _serial = serial();
     let server = RedisServer::start();
     let quota = Quota::new(Rate::per_second(5)).burst(2).start_empty();
     let second = Duration::from_secs(1);
@@ -221,6 +223,7 @@ fn reservations_queue_and_cancel_by_the_same_rule() {
 
 #[test]
 fn long_random_sequences_agree() {
+    let _serial = serial();
     let server = RedisServer::start();
     let quotas = [
         Quota::new(Rate::per_second(100)).burst(10),

@@ -8,7 +8,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-/// The real-time tests run one at a time, so that they do not steal each other's two cores.
+/// The tests run one at a time: the real-time ones must not share two cores with each other,
+/// nor with an agreement test driving its own server flat out.
 pub fn serial() -> MutexGuard<'static, ()> {
     static SERIAL: Mutex<()> = Mutex::new(());
     SERIAL
