@@ -306,6 +306,24 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
         p.tokens(word, p.units_at(self.clock.now()))
     }
 
+    /// How long until the bucket is full again, read to its resolution: the local fallback of
+    /// the Redis bucket reports it like the script does.
+    #[cfg(feature = "redis")]
+    pub(crate) fn until_full(&self) -> Duration {
+        let p = &self.params;
+        let word = W::load(&self.word);
+        let now = self.clock.now();
+        let full = p.burst_units as i64;
+        let level = if word == p.unused {
+            self.quota.start_fill() as i64 * p.units_per_token.get() as i64
+        } else {
+            p.elapsed(p.units_at(now), word).min(full)
+        };
+        // A clock stepped far back reads as deep debt: widen before subtracting.
+        let missing = (full as i128 - level as i128).clamp(0, u64::MAX as i128) as u64;
+        ticks_to_duration_ceil::<C>(p.ticks_until(now, missing))
+    }
+
     /// Keeps an idle bucket readable for another [`idle_horizon`](Self::idle_horizon): a full
     /// bucket is re-anchored at now; any other bucket is left as it is. Changes no decision.
     ///

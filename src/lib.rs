@@ -54,6 +54,7 @@
 //! | `tower` | no | `layer`: tower middleware, rejection (429 headers) or backpressure |
 //! | `quanta` | no | `TscClock`: the CPU's time-stamp counter, for hot paths (implies `std`) |
 //! | `coarse-clock` | no | `CoarseClock`: one atomic refreshed every millisecond (implies `std`) |
+//! | `redis` | no | `RedisBucket`: one quota shared by many processes, kept in Redis |
 //!
 //! Without `std` the crate is `no_std` and needs only atomics. On targets without
 //! compare-and-swap (thumbv6m, riscv32imc) the final firmware chooses how portable-atomic
@@ -87,6 +88,8 @@ mod keyed;
 pub mod layer;
 mod params;
 mod rate;
+#[cfg(feature = "redis")]
+pub mod redis;
 mod sync;
 mod transition;
 #[cfg(feature = "quanta")]
@@ -94,6 +97,8 @@ mod tsc_clock;
 mod wait;
 mod word;
 
+#[cfg(feature = "redis")]
+pub use self::redis::RedisBucket;
 pub use bucket::{Reservation, TickRate, TokenBucket};
 pub use clock::Clock;
 #[cfg(any(loom, target_has_atomic = "64"))]

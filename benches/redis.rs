@@ -1,0 +1,162 @@
+//! The Redis bucket on one connection to a local `redis-server` (started here, on a free
+//! loopback port): Redis round trips per acquire, and acquisitions per second, one at a time
+//! and many in flight.
+//!
+//! `cargo bench --features redis --bench redis`
+
+use std::hint::black_box;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use tollgate::redis::{Client, RedisBucket};
+use tollgate::{Quota, Rate};
+
+struct Server {
+    child: Child,
+    port: u16,
+}
+
+impl Server {
+    fn start() -> Self {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|listener| listener.local_addr())
+            .expect("free port")
+            .port();
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--loglevel", "warning"])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("redis-server is installed");
+        let server = Self { child, port };
+        let began = Instant::now();
+        while server.info("PING").is_none() {
+            assert!(began.elapsed() < Duration::from_secs(10), "redis-server");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        server
+    }
+
+    /// Runs an inline command; its reply as text.
+    fn info(&self, command: &str) -> Option<String> {
+        let mut stream = TcpStream::connect(("127.0.0.1", self.port)).ok()?;
+        stream.write_all(format!("{command}\r\n").as_bytes()).ok()?;
+        let mut reply = vec![0; 16 * 1024];
+        let read = stream.read(&mut reply).ok()?;
+        Some(String::from_utf8_lossy(&reply[..read]).into_owned())
+    }
+
+    /// Commands clients have sent so far that run or load a script: one round trip each. (The
+    /// total command count would include the `TIME`, `GET` and `SET` the script runs inside.)
+    fn script_round_trips(&self) -> u64 {
+        let stats = self.info("INFO commandstats").expect("INFO");
+        stats
+            .lines()
+            .filter(|line| {
+                ["cmdstat_evalsha:", "cmdstat_eval:", "cmdstat_script|load:"]
+                    .iter()
+                    .any(|name| line.starts_with(name))
+            })
+            .filter_map(|line| {
+                let calls = line.split(":calls=").nth(1)?.split(',').next()?;
+                calls.parse::<u64>().ok()
+            })
+            .sum()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn redis(c: &mut Criterion) {
+    let server = Server::start();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    // A rate no benchmark exhausts: every call is granted and costs one script run.
+    let quota = Quota::new(Rate::per_second(1_000_000_000)).burst(1_000_000);
+    let client = Client::open(format!("redis://127.0.0.1:{}/", server.port)).unwrap();
+    let bucket = rt
+        .block_on(
+            RedisBucket::builder(client, "bench", quota)
+                .timeout(Duration::from_secs(1))
+                .connect(),
+        )
+        .expect("connect");
+
+    // Round trips: the script runs and loads the server counted around 1000 calls.
+    let calls = 1_000;
+    for name in ["try_acquire", "acquire"] {
+        let before = server.script_round_trips();
+        rt.block_on(async {
+            for _ in 0..calls {
+                match name {
+                    "try_acquire" => drop(bucket.try_acquire(1).await.expect("granted")),
+                    _ => drop(bucket.acquire(1).await.expect("granted")),
+                }
+            }
+        });
+        let trips = server.script_round_trips() - before;
+        println!(
+            "redis/{name}: {:.3} Redis round trips per call ({trips} for {calls} calls)",
+            trips as f64 / calls as f64
+        );
+    }
+
+    let mut group = c.benchmark_group("redis");
+    group.throughput(Throughput::Elements(1));
+    group.bench_function("try_acquire, one at a time", |b| {
+        b.iter_custom(|iters| {
+            rt.block_on(async {
+                let began = Instant::now();
+                for _ in 0..iters {
+                    black_box(bucket.try_acquire(1).await.is_ok());
+                }
+                began.elapsed()
+            })
+        })
+    });
+    group.bench_function("acquire, one at a time", |b| {
+        b.iter_custom(|iters| {
+            rt.block_on(async {
+                let began = Instant::now();
+                for _ in 0..iters {
+                    black_box(bucket.acquire(1).await.is_ok());
+                }
+                began.elapsed()
+            })
+        })
+    });
+    const IN_FLIGHT: u64 = 64;
+    group.throughput(Throughput::Elements(IN_FLIGHT));
+    group.bench_function("try_acquire, 64 in flight on one connection", |b| {
+        b.iter_custom(|iters| {
+            rt.block_on(async {
+                let began = Instant::now();
+                for _ in 0..iters {
+                    let mut calls = tokio::task::JoinSet::new();
+                    for _ in 0..IN_FLIGHT {
+                        let bucket = bucket.clone();
+                        calls.spawn(async move { bucket.try_acquire(1).await.is_ok() });
+                    }
+                    while let Some(granted) = calls.join_next().await {
+                        black_box(granted.expect("task"));
+                    }
+                }
+                began.elapsed()
+            })
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, redis);
+criterion_main!(benches);

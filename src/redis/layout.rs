@@ -1,0 +1,199 @@
+//! How a quota maps onto the script's integers: microseconds of Redis `TIME`, and units in which
+//! both a microsecond and a token are whole numbers, every one of them below 2^53.
+
+use core::time::Duration;
+
+use super::SetupError;
+use crate::rate::gcd;
+use crate::{ConfigError, Quota};
+
+/// Burst and debt bound, in units: each a quarter of the 2^52 that a product may reach.
+const QUARTER: u64 = 1 << 50;
+/// Products of an elapsed time and the rate stay within 2^52.
+const PRODUCT: u64 = 1 << 52;
+/// The finest rate: 2^40 units per microsecond keeps the horizon above 4 ms.
+const MAX_UNITS_PER_US: u64 = 1 << 40;
+
+/// A quota in the script's units.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Layout {
+    /// Units in one microsecond.
+    pub units_per_us: u64,
+    /// Units in one token.
+    pub units_per_token: u64,
+    /// The capacity in tokens.
+    pub burst: u64,
+    /// The capacity in units, at most 2^50.
+    pub burst_units: u64,
+    /// The start fill in units.
+    pub start_units: u64,
+    /// The deepest debt reservations may run, in units: 2^50, decades at any rate.
+    pub max_debt_units: u64,
+    /// Elapsed microseconds beyond which any bucket is full: `units_per_us` times it stays
+    /// within 2^52.
+    pub horizon_us: u64,
+}
+
+impl Layout {
+    /// The exact layout of `quota`, or why there is none.
+    pub(crate) fn solve(quota: &Quota) -> Result<Self, SetupError> {
+        let rate = quota.rate();
+        let invalid = if rate.is_out_of_range() {
+            Some(ConfigError::RateOutOfRange)
+        } else if rate.period_ns() == 0 {
+            Some(ConfigError::ZeroPeriod)
+        } else if rate.tokens() == 0 {
+            Some(ConfigError::ZeroRate)
+        } else if quota.burst_size() == 0 {
+            Some(ConfigError::ZeroBurst)
+        } else if quota.start_fill() > quota.burst_size() {
+            Some(ConfigError::StartAboveBurst {
+                start: quota.start_fill(),
+                burst: quota.burst_size(),
+            })
+        } else {
+            None
+        };
+        if let Some(error) = invalid {
+            return Err(SetupError::Quota(error));
+        }
+        // Tokens per microsecond, per_us / per_token in lowest terms.
+        let tokens = rate.tokens() as u128 * 1_000;
+        let period_ns = rate.period_ns() as u128;
+        let g = gcd(tokens, period_ns);
+        let (per_us, per_token) = (tokens / g, period_ns / g);
+        let burst = quota.burst_size();
+        let burst_units = burst as u128 * per_token;
+        if per_us > MAX_UNITS_PER_US as u128 || burst_units > QUARTER as u128 {
+            return Err(SetupError::Unrepresentable);
+        }
+        let (per_us, per_token) = (per_us as u64, per_token as u64);
+        Ok(Self {
+            units_per_us: per_us,
+            units_per_token: per_token,
+            burst,
+            burst_units: burst_units as u64,
+            start_units: quota.start_fill() * per_token, // start <= burst
+            max_debt_units: QUARTER,
+            horizon_us: PRODUCT / per_us,
+        })
+    }
+
+    /// The cost of `n` tokens in units (`n` at most the burst).
+    pub(crate) fn cost(&self, n: u32) -> u64 {
+        n as u64 * self.units_per_token
+    }
+
+    /// How long `units` take to accrue, rounded up to the nanosecond: the local bucket's answer
+    /// on a nanosecond clock.
+    pub(crate) fn duration(&self, units: u64) -> Duration {
+        let nanos = (units as u128 * 1_000).div_ceil(self.units_per_us as u128);
+        nanos_to_duration(nanos)
+    }
+
+    /// The units that accrue within `wait`, rounded down and at most the debt bound: a
+    /// reservation is granted when its debt is at most this, exactly when the local bucket
+    /// would grant it.
+    pub(crate) fn debt_within(&self, wait: Duration) -> u64 {
+        let units = wait.as_nanos().saturating_mul(self.units_per_us as u128) / 1_000;
+        units.min(self.max_debt_units as u128) as u64
+    }
+
+    /// Whole tokens in `level` units; 0 in debt.
+    pub(crate) fn tokens(&self, level: i64) -> u64 {
+        level.max(0) as u64 / self.units_per_token
+    }
+
+    /// How long until a bucket at `level` is full.
+    pub(crate) fn until_full(&self, level: i64) -> Duration {
+        let missing = (self.burst_units as i128 - level as i128).max(0);
+        self.duration(missing.min(u64::MAX as i128) as u64)
+    }
+}
+
+/// Nanoseconds as a `Duration`, saturating.
+pub(crate) fn nanos_to_duration(nanos: u128) -> Duration {
+    let secs = nanos / 1_000_000_000;
+    if secs > u64::MAX as u128 {
+        return Duration::MAX;
+    }
+    Duration::new(secs as u64, (nanos % 1_000_000_000) as u32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Rate;
+
+    #[test]
+    fn common_rates_are_whole_units() {
+        // (rate, burst, units per µs, units per token)
+        let rows = [
+            (Rate::per_second(100), 10, 1, 10_000),
+            (Rate::per_second(2), 5, 1, 500_000),
+            (Rate::per_minute(171), 2, 57, 20_000_000),
+            (Rate::per_second(1_000_000_000), 1_000, 1_000, 1),
+            (Rate::new(3, Duration::from_millis(700)), 3, 3, 700_000),
+            (Rate::per_day(1), 1, 1, 86_400_000_000),
+        ];
+        for (rate, burst, per_us, per_token) in rows {
+            let layout = Layout::solve(&Quota::new(rate).burst(burst)).unwrap();
+            assert_eq!(
+                (layout.units_per_us, layout.units_per_token),
+                (per_us, per_token),
+                "{rate}"
+            );
+            assert!(layout.units_per_us * layout.horizon_us <= PRODUCT, "{rate}");
+            assert!(
+                layout.horizon_us * layout.units_per_us + per_us > PRODUCT,
+                "{rate}"
+            );
+        }
+    }
+
+    #[test]
+    fn what_cannot_be_held_below_2_pow_53_is_an_error() {
+        let rows = [
+            (
+                Quota::new(Rate::per_second(0)),
+                SetupError::Quota(ConfigError::ZeroRate),
+            ),
+            (
+                Quota::new(Rate::per_second(1)).burst(0),
+                SetupError::Quota(ConfigError::ZeroBurst),
+            ),
+            (
+                Quota::new(Rate::per_second(1)).burst(1).start_with(2),
+                SetupError::Quota(ConfigError::StartAboveBurst { start: 2, burst: 1 }),
+            ),
+            // 2^40 units per µs is the finest rate
+            (
+                Quota::new(Rate::per_second(1 << 50)).burst(1),
+                SetupError::Unrepresentable,
+            ),
+            // a day per token, and a million of them in the bucket: 8.6 × 10^16 units
+            (
+                Quota::new(Rate::per_day(1)).burst(1_000_000),
+                SetupError::Unrepresentable,
+            ),
+        ];
+        for (quota, error) in rows {
+            assert_eq!(Layout::solve(&quota), Err(error), "{quota:?}");
+        }
+    }
+
+    #[test]
+    fn durations_round_like_the_local_bucket() {
+        let layout = Layout::solve(&Quota::new(Rate::per_minute(171))).unwrap();
+        // one token: 60/171 s = 350 877 192.98 ns, rounded up
+        assert_eq!(
+            layout.duration(layout.units_per_token),
+            Duration::from_nanos(350_877_193)
+        );
+        // 1 ns holds 0.057 units: 999 ns hold 56
+        assert_eq!(layout.debt_within(Duration::from_nanos(999)), 56);
+        assert_eq!(layout.debt_within(Duration::MAX), QUARTER);
+        assert_eq!(layout.tokens(-5), 0);
+        assert_eq!(layout.until_full(layout.burst_units as i64), Duration::ZERO);
+    }
+}

@@ -1,0 +1,299 @@
+//! The script and the local bucket agree: the same (time, request) sequence gives the same
+//! decisions, the same `retry_after`, the same waits and the same tokens left. The script takes
+//! its `now` from the test here, and only here; the local bucket reads a `ManualClock`.
+
+use std::time::Duration;
+
+use tollgate::redis::{Client, Error, RedisBucket, RedisReservation, Source};
+use tollgate::{Denied, ManualClock, Quota, Rate, Reservation, TokenBucket};
+
+use crate::support::{runtime, serial, RedisServer};
+
+/// A realistic Redis `TIME` in microseconds (November 2023), so the script's sums run near
+/// their real magnitudes.
+const T0_US: u64 = 1_700_000_000_000_000;
+
+#[derive(Clone, Copy, Debug)]
+enum Step {
+    Take(u32),
+    Reserve(u32, Duration),
+    /// Cancels the oldest reservation still held, if any.
+    CancelOldest,
+    /// Cancels the newest reservation still held, if any.
+    CancelNewest,
+    Level,
+}
+
+#[derive(Debug, PartialEq)]
+enum Seen {
+    Granted { remaining: u64 },
+    Reserved { wait: Duration },
+    Denied(Denied),
+    Level(u64),
+}
+
+/// Runs `steps` at `(microseconds after T0, step)` on both buckets; returns what both saw.
+async fn run_both(
+    server: &RedisServer,
+    key: &str,
+    quota: Quota,
+    steps: &[(u64, Step)],
+) -> Vec<Seen> {
+    server.command(&["DEL", key]);
+    let clock = ManualClock::starting_at(T0_US * 1_000);
+    let local = TokenBucket::try_new(quota, &clock).expect("local quota");
+    assert_eq!(
+        local.resolution(),
+        Duration::from_nanos(1),
+        "{quota}: the local bucket must read its clock to the nanosecond to compare"
+    );
+    let client = Client::open(server.url()).expect("client");
+    // Lazy, so that the first call, which applies the start fill, runs at T0 as the local
+    // bucket's construction does.
+    let shared = RedisBucket::builder(client, key, quota)
+        .timeout(Duration::from_secs(2))
+        .connect_lazy()
+        .expect("connect");
+    shared.pin_script_now(Some(T0_US));
+    assert_eq!(
+        shared.level().await.expect("level").remaining,
+        local.available()
+    );
+    let mut held: Vec<(Reservation, RedisReservation)> = Vec::new();
+    let mut seen = Vec::new();
+    for &(at_us, step) in steps {
+        clock.set((T0_US + at_us) * 1_000);
+        shared.pin_script_now(Some(T0_US + at_us));
+        let (mine, theirs) = match step {
+            Step::Take(n) => {
+                let mine = match local.try_acquire(n) {
+                    Ok(()) => Seen::Granted {
+                        remaining: local.available(),
+                    },
+                    Err(denied) => Seen::Denied(denied),
+                };
+                let theirs = match shared.try_acquire(n).await {
+                    Ok(grant) => {
+                        assert_eq!(grant.source, Source::Redis);
+                        Seen::Granted {
+                            remaining: grant.level.expect("Redis reports its level").remaining,
+                        }
+                    }
+                    Err(error) => Seen::Denied(denied(error)),
+                };
+                (mine, theirs)
+            }
+            Step::Reserve(n, max_wait) => {
+                let mine = local.reserve(n, max_wait);
+                let theirs = shared.reserve(n, max_wait).await;
+                match (mine, theirs) {
+                    (Ok(mine), Ok(theirs)) => {
+                        let seen = (
+                            Seen::Reserved { wait: mine.wait() },
+                            Seen::Reserved {
+                                wait: theirs.wait(),
+                            },
+                        );
+                        held.push((mine, theirs));
+                        seen
+                    }
+                    (Ok(mine), Err(error)) => (
+                        Seen::Reserved { wait: mine.wait() },
+                        Seen::Denied(denied(error)),
+                    ),
+                    (Err(mine), Ok(theirs)) => (
+                        Seen::Denied(mine),
+                        Seen::Reserved {
+                            wait: theirs.wait(),
+                        },
+                    ),
+                    (Err(mine), Err(error)) => (Seen::Denied(mine), Seen::Denied(denied(error))),
+                }
+            }
+            Step::CancelOldest | Step::CancelNewest => {
+                if !held.is_empty() {
+                    let index = match step {
+                        Step::CancelOldest => 0,
+                        _ => held.len() - 1,
+                    };
+                    let (mine, theirs) = held.remove(index);
+                    local.cancel(mine);
+                    shared.cancel(theirs).await.expect("cancel");
+                }
+                levels(&local, &shared).await
+            }
+            Step::Level => levels(&local, &shared).await,
+        };
+        assert_eq!(
+            mine, theirs,
+            "{quota}: local and Redis disagree at +{at_us} µs on {step:?}"
+        );
+        seen.push(mine);
+    }
+    seen
+}
+
+async fn levels(local: &TokenBucket<&ManualClock>, shared: &RedisBucket) -> (Seen, Seen) {
+    let theirs = shared.level().await.expect("level").remaining;
+    (Seen::Level(local.available()), Seen::Level(theirs))
+}
+
+fn denied(error: Error) -> Denied {
+    match error {
+        Error::Denied {
+            denied,
+            source: Source::Redis,
+        } => denied,
+        other => panic!("Redis failed: {other}"),
+    }
+}
+
+#[test]
+fn the_twelve_requests_of_the_tour() {
+    let _serial = serial();
+    let server = RedisServer::start();
+    // 2 per second, burst 5, a request every 200 ms: the burst, then two a second.
+    let quota = Quota::new(Rate::per_second(2)).burst(5);
+    let steps: Vec<_> = (0..12).map(|i| (i * 200_000, Step::Take(1))).collect();
+    let seen = runtime().block_on(run_both(&server, "tour", quota, &steps));
+    let granted: Vec<bool> = seen
+        .iter()
+        .map(|seen| matches!(seen, Seen::Granted { .. }))
+        .collect();
+    let (y, n) = (true, false);
+    assert_eq!(granted, [y, y, y, y, y, y, y, n, y, n, y, n]);
+    assert_eq!(
+        seen[7],
+        Seen::Denied(Denied::Insufficient {
+            retry_after: Duration::from_millis(100)
+        })
+    );
+}
+
+#[test]
+fn reservations_queue_and_cancel_by_the_same_rule() {
+    let _serial = serial();
+    let server = RedisServer::start();
+    let quota = Quota::new(Rate::per_second(5)).burst(2).start_empty();
+    let second = Duration::from_secs(1);
+    let rows = [
+        // (µs, step, what both must see)
+        (
+            0,
+            Step::Reserve(1, second),
+            Seen::Reserved { wait: ms(200) },
+        ),
+        (
+            0,
+            Step::Reserve(1, second),
+            Seen::Reserved { wait: ms(400) },
+        ),
+        (
+            0,
+            Step::Reserve(2, ms(500)),
+            Seen::Denied(insufficient(ms(300))),
+        ),
+        (
+            0,
+            Step::Reserve(2, second),
+            Seen::Reserved { wait: ms(800) },
+        ),
+        // The first is overtaken by both later ones: nothing comes back.
+        (100_000, Step::CancelOldest, Seen::Level(0)),
+        // The last one is overtaken by nobody: its two tokens come back.
+        (100_000, Step::CancelNewest, Seen::Level(0)),
+        (100_000, Step::Take(1), Seen::Denied(insufficient(ms(500)))),
+        (700_000, Step::Level, Seen::Level(1)),
+        // Due already: nothing comes back.
+        (700_000, Step::CancelOldest, Seen::Level(1)),
+        (700_000, Step::Take(1), Seen::Granted { remaining: 0 }),
+        (
+            700_000,
+            Step::Take(3),
+            Seen::Denied(Denied::ExceedsCapacity { burst: 2 }),
+        ),
+        (5_000_000, Step::Take(0), Seen::Granted { remaining: 2 }),
+    ];
+    let steps: Vec<_> = rows.iter().map(|(at, step, _)| (*at, *step)).collect();
+    let seen = runtime().block_on(run_both(&server, "queue", quota, &steps));
+    for ((at, step, want), got) in rows.iter().zip(&seen) {
+        assert_eq!(got, want, "+{at} µs {step:?}");
+    }
+}
+
+#[test]
+fn long_random_sequences_agree() {
+    let _serial = serial();
+    let server = RedisServer::start();
+    let quotas = [
+        Quota::new(Rate::per_second(100)).burst(10),
+        Quota::new(Rate::per_second(2)).burst(5).start_empty(),
+        Quota::new(Rate::per_day(1)).burst(3).start_with(1),
+        Quota::new(Rate::per_second(1_000_000)).burst(100),
+        // 2 per 1.000003 ms: 2000 units a microsecond, 1 000 003 a token.
+        Quota::new(Rate::new(2, Duration::from_nanos(1_000_003))).burst(7),
+    ];
+    // Mostly short gaps, so that reservations pile up and overtake each other; now and then a
+    // long one, so that the bucket refills and idles.
+    let short_gaps_us = [0, 1, 7, 333, 10_000];
+    let long_gaps_us = [99_999, 1_000_000, 5_000_000, 86_400_000_000];
+    let waits = [
+        Duration::ZERO,
+        ms(1),
+        ms(50),
+        Duration::from_secs(1),
+        Duration::MAX,
+    ];
+    let mut seed = 0x9E37_79B9_7F4A_7C15_u64;
+    let mut next = move |below: usize| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed % below as u64) as usize
+    };
+    let rt = runtime();
+    for (i, quota) in quotas.into_iter().enumerate() {
+        let burst = quota.burst_size() as usize;
+        let mut at = 0;
+        let steps: Vec<_> = (0..400)
+            .map(|_| {
+                at += match next(8) {
+                    0 => long_gaps_us[next(long_gaps_us.len())],
+                    _ => short_gaps_us[next(short_gaps_us.len())],
+                };
+                let n = next(burst + 2) as u32;
+                let step = match next(10) {
+                    0..=3 => Step::Take(n),
+                    4..=6 => Step::Reserve(n, waits[next(waits.len())]),
+                    7 => Step::CancelOldest,
+                    8 => Step::CancelNewest,
+                    _ => Step::Level,
+                };
+                (at, step)
+            })
+            .collect();
+        let seen = rt.block_on(run_both(&server, &format!("random{i}"), quota, &steps));
+        // The sequence exercised every kind of answer.
+        assert!(
+            seen.iter().any(|s| matches!(s, Seen::Granted { .. })),
+            "{quota}"
+        );
+        assert!(
+            seen.iter().any(|s| matches!(s, Seen::Reserved { .. })),
+            "{quota}"
+        );
+        assert!(
+            seen.iter()
+                .any(|s| matches!(s, Seen::Denied(Denied::Insufficient { .. }))),
+            "{quota}"
+        );
+    }
+}
+
+fn ms(ms: u64) -> Duration {
+    Duration::from_millis(ms)
+}
+
+fn insufficient(retry_after: Duration) -> Denied {
+    Denied::Insufficient { retry_after }
+}

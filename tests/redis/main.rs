@@ -1,0 +1,11 @@
+//! The Redis bucket against a real `redis-server` (and nginx), each started on a free loopback
+//! port by the test that needs it and stopped when it ends.
+//!
+//! `cargo test --release --features redis --test redis` runs them all. The tests that span
+//! processes start this binary again as their workers, with `TOLLGATE_WORKER` set.
+
+mod agreement;
+mod faults;
+mod nginx;
+mod sharing;
+mod support;

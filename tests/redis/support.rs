@@ -1,0 +1,302 @@
+//! Servers the tests start for themselves, and worker processes: the test binary itself, run
+//! again with `TOLLGATE_WORKER` naming the role it plays.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// The tests run one at a time: the real-time ones must not share two cores with each other,
+/// nor with an agreement test driving its own server flat out.
+pub fn serial() -> MutexGuard<'static, ()> {
+    static SERIAL: Mutex<()> = Mutex::new(());
+    SERIAL
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Microseconds since the Unix epoch: the clock Redis `TIME` reads too.
+pub fn unix_us() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_micros() as u64
+}
+
+/// A loopback port that was free a moment ago.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free loopback port")
+        .port()
+}
+
+fn scratch_dir(what: &str, port: u16) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("tollgate-{what}-{}-{port}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch directory");
+    dir
+}
+
+fn wait_until(deadline: Duration, mut ready: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < deadline {
+        if ready() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
+/// A `redis-server` on a loopback port, without persistence, stopped when dropped.
+pub struct RedisServer {
+    child: Option<Child>,
+    port: u16,
+    dir: PathBuf,
+}
+
+impl RedisServer {
+    pub fn start() -> Self {
+        Self::start_on(free_port())
+    }
+
+    pub fn start_on(port: u16) -> Self {
+        let mut server = Self {
+            child: None,
+            port,
+            dir: scratch_dir("redis", port),
+        };
+        server.restart();
+        server
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("server running").id()
+    }
+
+    /// Starts the server again on the same port (after `kill`).
+    pub fn restart(&mut self) {
+        assert!(self.child.is_none(), "stop the server first");
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string()])
+            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args(["--loglevel", "warning"])
+            .arg("--dir")
+            .arg(&self.dir)
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("redis-server is installed (apt-get install redis-server)");
+        self.child = Some(child);
+        let port = self.port;
+        assert!(
+            wait_until(Duration::from_secs(10), || ping(port)),
+            "redis-server did not answer on port {port}"
+        );
+    }
+
+    /// Kills the server at once, as a crash would.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Freezes (`STOP`) or thaws (`CONT`) the server: it keeps its connections and answers
+    /// nothing.
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([&format!("-{signal}"), &self.pid().to_string()])
+            .status()
+            .expect("kill");
+        assert!(status.success());
+    }
+
+    /// Runs one command over a plain connection; the reply as text.
+    pub fn command(&self, args: &[&str]) -> String {
+        let mut stream = TcpStream::connect(("127.0.0.1", self.port)).expect("connect");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(2)))
+            .expect("timeout");
+        let mut request = format!("*{}\r\n", args.len());
+        for arg in args {
+            request += &format!("${}\r\n{arg}\r\n", arg.len());
+        }
+        stream.write_all(request.as_bytes()).expect("write");
+        let mut reply = [0u8; 512];
+        let read = stream.read(&mut reply).expect("read");
+        String::from_utf8_lossy(&reply[..read])
+            .trim_end()
+            .to_string()
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn ping(port: u16) -> bool {
+    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
+    let mut reply = [0u8; 7];
+    stream.write_all(b"PING\r\n").is_ok()
+        && stream.read_exact(&mut reply).is_ok()
+        && &reply == b"+PONG\r\n"
+}
+
+/// nginx on a loopback port: `limit_req` at 100 r/s, burst 10, 429 beyond, in front of a
+/// static file, one zone per location so each run starts from a fresh limiter.
+pub struct Nginx {
+    child: Child,
+    pub port: u16,
+    dir: PathBuf,
+}
+
+impl Nginx {
+    pub fn start(locations: &[&str]) -> Self {
+        let port = free_port();
+        let dir = scratch_dir("nginx", port);
+        let www = dir.join("www");
+        std::fs::create_dir_all(&www).expect("www");
+        let d = dir.display();
+        let mut zones = String::new();
+        let mut blocks = String::new();
+        for name in locations {
+            std::fs::write(www.join(name), "ok\n").expect("stub file");
+            zones += &format!("  limit_req_zone $server_port zone={name}:1m rate=100r/s;\n");
+            // A static file, served in the content phase: `return 200` would answer in the
+            // rewrite phase, before limit_req ever ran.
+            blocks +=
+                &format!("    location = /{name} {{ limit_req zone={name} burst=10 nodelay; }}\n");
+        }
+        let config = format!(
+            "daemon off;\nmaster_process off;\nworker_processes 1;\npid {d}/nginx.pid;\n\
+             error_log {d}/error.log warn;\nevents {{ worker_connections 64; }}\n\
+             http {{\n  access_log off;\n  default_type text/plain;\n\
+               client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n\
+               fastcgi_temp_path {d}/fastcgi;\n  uwsgi_temp_path {d}/uwsgi;\n\
+               scgi_temp_path {d}/scgi;\n  keepalive_requests 100000;\n\
+               limit_req_status 429;\n{zones}\
+               server {{\n    listen 127.0.0.1:{port};\n    root {d}/www;\n{blocks}  }}\n}}\n"
+        );
+        std::fs::write(dir.join("nginx.conf"), config).expect("nginx.conf");
+        let binary = ["/usr/sbin/nginx", "nginx"]
+            .into_iter()
+            .find(|path| !path.starts_with('/') || std::path::Path::new(path).exists())
+            .expect("nginx");
+        let child = Command::new(binary)
+            .arg("-p")
+            .arg(&dir)
+            .arg("-c")
+            .arg(dir.join("nginx.conf"))
+            .arg("-e")
+            .arg(dir.join("error.log"))
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("nginx is installed (apt-get install nginx)");
+        let nginx = Self { child, port, dir };
+        assert!(
+            wait_until(Duration::from_secs(10), || TcpStream::connect((
+                "127.0.0.1",
+                port
+            ))
+            .is_ok()),
+            "nginx did not listen on port {port}: {}",
+            std::fs::read_to_string(nginx.dir.join("error.log")).unwrap_or_default()
+        );
+        nginx
+    }
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The role this process plays, when it is a worker.
+pub fn worker_role() -> Option<String> {
+    std::env::var("TOLLGATE_WORKER").ok()
+}
+
+/// A setting the parent passed to this worker.
+pub fn setting(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| panic!("worker setting {name}"))
+}
+
+/// Starts this test binary again, running only `test`, in `role`, with `settings`.
+pub fn spawn_worker(test: &str, role: &str, settings: &[(&str, String)]) -> Child {
+    Command::new(std::env::current_exe().expect("test binary"))
+        .args([test, "--exact", "--nocapture", "--test-threads=1", "-q"])
+        .env("TOLLGATE_WORKER", role)
+        .envs(settings.iter().map(|(k, v)| (*k, v.as_str())))
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn worker")
+}
+
+/// Waits for a worker (at most `limit`) and returns its report lines (those starting `@@ `).
+pub fn report(mut child: Child, limit: Duration) -> Vec<String> {
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("a worker hung for {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut out = String::new();
+    child
+        .stdout
+        .take()
+        .expect("piped")
+        .read_to_string(&mut out)
+        .expect("worker output");
+    assert!(status.success(), "a worker failed: {status}\n{out}");
+    out.lines()
+        .filter_map(|line| line.strip_prefix("@@ "))
+        .map(str::to_string)
+        .collect()
+}
+
+/// `key=value` fields of a report line.
+pub fn field(line: &str, key: &str) -> u64 {
+    line.split_whitespace()
+        .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {key} in {line:?}"))
+}
+
+/// A single-threaded tokio runtime for a worker or a test.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+/// Sleeps until the Unix time `at_us`.
+pub async fn sleep_until_unix(at_us: u64) {
+    let now = unix_us();
+    if at_us > now {
+        tokio::time::sleep(Duration::from_micros(at_us - now)).await;
+    }
+}
