@@ -74,6 +74,9 @@ mod approx;
 mod bucket;
 mod clock;
 mod error;
+pub mod headers;
+mod jitter;
+mod limits;
 mod params;
 mod rate;
 mod sync;
@@ -81,13 +84,15 @@ mod transition;
 mod wait;
 mod word;
 
-pub use bucket::{Reservation, TickRate, TokenBucket};
+pub use bucket::{Pause, Reservation, TickRate, TokenBucket};
 pub use clock::Clock;
 #[cfg(any(loom, target_has_atomic = "64"))]
 pub use clock::ManualClock;
 #[cfg(feature = "std")]
 pub use clock::StdClock;
 pub use error::{ConfigError, Denied};
+pub use jitter::Jitter;
+pub use limits::{Limits, LimitsReservation};
 pub use rate::{Quota, Rate};
 #[cfg(feature = "tokio")]
 pub use wait::TokioClock;

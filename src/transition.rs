@@ -145,3 +145,34 @@ impl Params {
         }
     }
 }
+
+/// Transitions for feedback from an upstream: pauses, and refunds of tokens never used.
+impl Params {
+    /// Empties the bucket at `pause_units` after `now_units` (at most the debt bound), so that
+    /// nothing is granted before then and it resumes empty. `None` when the word already grants
+    /// nothing before then: a pause never shortens a longer one, nor a debt, and never adds
+    /// tokens.
+    pub(crate) fn paused(&self, word: u64, now_units: u64, pause_units: u64) -> Option<u64> {
+        // pause_units <= W / 4: the negated level fits an i64 on every word.
+        let target = -(pause_units.min(self.max_debt_units) as i64);
+        (self.level(word, now_units) > target).then(|| self.at_level(now_units, target))
+    }
+
+    /// Units from `now_units` until the bucket is empty again: 0 when it holds tokens.
+    pub(crate) fn debt(&self, word: u64, now_units: u64) -> u64 {
+        self.level(word, now_units).min(0).unsigned_abs()
+    }
+
+    /// Gives back `cost` units taken with `due` as the resulting word, whether or not that
+    /// instant has passed, less the units taken after it (by grants, pauses or the burst cap
+    /// moving the word on). For grants the caller has not acted on: a take undone.
+    pub(crate) fn refund(&self, word: u64, now_units: u64, due: u64, cost: u64) -> Option<u64> {
+        let overtaken = self.elapsed(word, due).max(0) as u64;
+        let restore = cost.checked_sub(overtaken).filter(|&units| units > 0)?;
+        let level = self
+            .level(word, now_units)
+            .saturating_add(restore as i64)
+            .min(self.burst_units as i64);
+        Some(self.at_level(now_units, level))
+    }
+}
