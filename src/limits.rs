@@ -13,11 +13,11 @@ use crate::{Clock, DefaultWord, Denied, Jitter, Reservation, TokenBucket, Word};
 /// each: `costs[i]` tokens from bucket `i`. The size is fixed by the array, so nothing is
 /// allocated; `Limits` borrows its buckets, which may also be used on their own.
 ///
-/// A later bucket's denial gives back what the earlier ones granted, less only what other
-/// callers have taken from them in between (the rule of [`TokenBucket::cancel`], applied
-/// whether or not the part is due, since nothing was acted on): no token is lost to a denial
-/// and none is granted beyond any bucket's quota. A denial's `retry_after` is the longest of
-/// the buckets' waits.
+/// Each bucket is taken from in turn; a later bucket's denial gives back what the earlier ones
+/// granted. The give-back restores the level each bucket would have had without the take,
+/// whatever other callers took in between, less only what its burst cap would have cut since:
+/// no token is lost to a denial, and none is granted beyond any bucket's quota. A denial's
+/// `retry_after` is the longest of the buckets' waits.
 ///
 /// ```
 /// use core::time::Duration;
@@ -140,8 +140,9 @@ impl<'a, C: Clock, const N: usize, W: Word> Limits<'a, C, N, W> {
     }
 
     /// Gives a reservation's tokens back to every bucket, unless its instant has come (then the
-    /// caller is taken to have acted). Each bucket gets back its part less what other callers
-    /// have taken after it, so nothing is granted beyond any bucket's quota.
+    /// caller is taken to have acted). Each bucket gets back its part, less what its burst cap
+    /// would have cut since it was reserved (a part taken at once and held while another bucket
+    /// refilled may have nothing left to give), so nothing is granted beyond any bucket's quota.
     ///
     /// Pass only reservations made by these limits.
     pub fn cancel(&self, mut reservation: LimitsReservation<N>) {

@@ -163,15 +163,22 @@ impl Params {
         self.level(word, now_units).min(0).unsigned_abs()
     }
 
-    /// Gives back `cost` units taken with `due` as the resulting word, whether or not that
-    /// instant has passed, less the units taken after it (by grants, pauses or the burst cap
-    /// moving the word on). For grants the caller has not acted on: a take undone.
+    /// Undoes a take of `cost` units that left the word at `due`, for a grant the caller has not
+    /// acted on. Gives back what the bucket would hold had the take never happened, or less:
+    /// without the take the level was higher by `cost`, less what the burst cap has since cut
+    /// from that history, and that is at most what accrued beyond the burst since the take
+    /// (`now - due + cost - burst`). So it gives back `min(cost, burst - (now - due))`, capped by
+    /// the burst, whatever other callers took in between: a denied caller loses nobody a token.
     pub(crate) fn refund(&self, word: u64, now_units: u64, due: u64, cost: u64) -> Option<u64> {
-        let overtaken = self.elapsed(word, due).max(0) as u64;
-        let restore = cost.checked_sub(overtaken).filter(|&units| units > 0)?;
+        // burst < W / 4 and |elapsed| < W / 2: no overflow.
+        let headroom = self.burst_units as i64 - self.elapsed(now_units, due);
+        let restore = (cost as i64).min(headroom);
+        if restore <= 0 {
+            return None;
+        }
         let level = self
             .level(word, now_units)
-            .saturating_add(restore as i64)
+            .saturating_add(restore)
             .min(self.burst_units as i64);
         Some(self.at_level(now_units, level))
     }

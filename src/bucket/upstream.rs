@@ -136,9 +136,9 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
     }
 
     /// Undoes a reservation the caller has not acted on, whether or not it is due: gives back
-    /// its tokens less what the word has moved past since (later grants, pauses, the burst
-    /// cap). For several buckets acting as one, where a part due early is not used until the
-    /// whole is due.
+    /// its tokens, less what the burst cap would have cut from them since (see
+    /// `Params::refund`). For several buckets acting as one, where a part due early is not used
+    /// until the whole is due.
     pub(crate) fn refund(&self, reservation: Reservation) {
         if reservation.tokens == 0 {
             return;
