@@ -22,7 +22,10 @@ fn drain<C: tollgate::Clock, W: Word>(bucket: &TokenBucket<C, W>) -> u32 {
     granted
 }
 
-fn on_both_words(test: fn(&dyn Fn(&ManualClock, Quota) -> Box<dyn Bucket + '_>)) {
+/// Builds a bucket on one word or the other.
+type Make<'a> = &'a dyn Fn(&ManualClock, Quota) -> Box<dyn Bucket + '_>;
+
+fn on_both_words(test: fn(Make)) {
     test(&|clock, quota| Box::new(TokenBucket::<_, u64>::try_new_with_word(quota, clock).unwrap()));
     test(&|clock, quota| Box::new(TokenBucket::<_, u32>::try_new_with_word(quota, clock).unwrap()));
 }
@@ -213,7 +216,8 @@ fn limits_take_from_all_or_from_none() {
         TokenBucket::try_new(Quota::new(Rate::per_minute(90_000)).burst(3_000), &clock).unwrap();
     let limits = Limits::new([&requests, &tokens]);
     // (ms, [requests, tokens] cost, expected, requests left, tokens left)
-    let rows: [(u64, [u32; 2], Result<(), Denied>, u64, u64); 9] = [
+    type Row = (u64, [u32; 2], Result<(), Denied>, u64, u64);
+    let rows: [Row; 9] = [
         (0, [1, 1_000], Ok(()), 2, 2_000),
         (0, [1, 1_500], Ok(()), 1, 500),
         // tokens short by 500 at 1 500/s: the request taken first goes back
