@@ -28,11 +28,11 @@ use crate::{Clock, DefaultWord, Denied, Jitter, Reservation, TokenBucket, Word};
 /// let tokens = TokenBucket::try_new(Quota::new(Rate::per_minute(90_000)).burst(3_000), &clock)?;
 /// let limits = Limits::new([&requests, &tokens]);
 ///
-/// // One call with a 2 000-token prompt, then another: the second is over the token budget.
+/// // A call of 2 000 tokens, then one of 2 500: 1 500 tokens short, a second at 1 500 a second.
 /// assert!(limits.try_acquire([1, 2_000]).is_ok());
 /// assert_eq!(
-///     limits.try_acquire([1, 2_000]),
-///     Err(Denied::Insufficient { retry_after: Duration::from_nanos(666_666_667) })
+///     limits.try_acquire([1, 2_500]),
+///     Err(Denied::Insufficient { retry_after: Duration::from_secs(1) })
 /// );
 /// assert_eq!(requests.available(), 9); // the denied call took no request
 /// # Ok::<(), tollgate::ConfigError>(())
@@ -220,6 +220,29 @@ impl<C: Clock, const N: usize, W: Word> Limits<'_, C, N, W> {
 impl<C: Clock, const N: usize, W: Word> Limits<'_, C, N, W> {
     /// Takes `costs[i]` tokens from every bucket `i`, waiting on `delay` until all have accrued
     /// (plus any [`Jitter`]); returns the time waited. As [`TokenBucket::acquire_with_delay`].
+    ///
+    /// ```
+    /// use core::time::Duration;
+    /// use embedded_hal::delay::DelayNs;
+    /// use tollgate::{Limits, ManualClock, Quota, Rate, TokenBucket};
+    ///
+    /// /// A delay that moves a manual clock, as a test double for a hardware timer.
+    /// struct Skip<'a>(&'a ManualClock);
+    /// impl DelayNs for Skip<'_> {
+    ///     fn delay_ns(&mut self, ns: u32) {
+    ///         self.0.advance(Duration::from_nanos(ns.into()));
+    ///     }
+    /// }
+    ///
+    /// let clock = ManualClock::new();
+    /// let fast = TokenBucket::try_new(Quota::new(Rate::per_second(100)).start_empty(), &clock)?;
+    /// let slow = TokenBucket::try_new(Quota::new(Rate::per_second(4)).start_empty(), &clock)?;
+    /// let limits = Limits::new([&fast, &slow]);
+    /// // 10 ms on the fast bucket, 250 ms on the slow one: one delay of 250 ms.
+    /// assert_eq!(limits.acquire_with_delay([1, 1], &mut Skip(&clock)), Ok(Duration::from_millis(250)));
+    /// assert_eq!(fast.available(), 24);
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
     pub fn acquire_with_delay(
         &self,
         costs: [u32; N],
