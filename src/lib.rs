@@ -70,6 +70,8 @@
 #[cfg(any(feature = "std", test))]
 extern crate std;
 
+#[cfg(any(loom, target_has_atomic = "64"))]
+mod adjustable;
 mod approx;
 mod bucket;
 mod clock;
@@ -84,6 +86,8 @@ mod transition;
 mod wait;
 mod word;
 
+#[cfg(any(loom, target_has_atomic = "64"))]
+pub use adjustable::{AdjustableBucket, SetQuotaError};
 pub use bucket::{Pause, Reservation, TickRate, TokenBucket};
 pub use clock::Clock;
 #[cfg(any(loom, target_has_atomic = "64"))]

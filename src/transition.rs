@@ -183,3 +183,20 @@ impl Params {
         Some(self.at_level(now_units, level))
     }
 }
+
+/// The transition for a change of quota (only `AdjustableBucket` changes quotas, and it needs
+/// 64-bit atomics).
+#[cfg(any(loom, target_has_atomic = "64"))]
+impl Params {
+    /// The word under `to` holding, at `now_ticks`, the tokens `word` holds under `self`: the
+    /// level kept as-is in tokens (fractions rounded toward fewer), capped by the new burst;
+    /// debt kept in tokens too, clamped to the new debt bound.
+    pub(crate) fn converted(&self, to: &Params, word: u64, now_ticks: u64) -> u64 {
+        let level = i128::from(self.level(word, self.units_at(now_ticks)));
+        let scaled = (level * i128::from(to.units_per_token.get()))
+            .div_euclid(i128::from(self.units_per_token.get()));
+        let level = scaled.clamp(-i128::from(to.max_debt_units), i128::from(to.burst_units));
+        // Within ±W / 4 of the new word: fits an i64.
+        to.at_level(to.units_at(now_ticks), level as i64)
+    }
+}

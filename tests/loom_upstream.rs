@@ -95,3 +95,37 @@ fn limits_grant_all_or_none_and_lose_no_token_while_a_pause_lands() {
         assert_eq!(b.available(), 0);
     });
 }
+
+#[test]
+fn a_quota_change_racing_acquires_mints_nothing() {
+    loom::model(|| {
+        let bucket = Arc::new(
+            tollgate::AdjustableBucket::try_new(Quota::new(Rate::per_second(1)).burst(2), Frozen)
+                .unwrap(),
+        );
+        let acquirer = {
+            let bucket = bucket.clone();
+            thread::spawn(move || (0..2).filter(|_| bucket.try_acquire(1).is_ok()).count() as u64)
+        };
+        // Down to a burst of 1 at another rate (so other units), racing the two acquires.
+        bucket
+            .set_quota(Quota::new(Rate::new(1, Duration::from_secs(3))).burst(1))
+            .unwrap();
+        let granted = acquirer.join().unwrap();
+        let left = bucket.available();
+        // The bucket held 2; the change keeps what is left, capped at 1, and mints nothing. So
+        // the change first grants 1, one acquire first grants 2, both first grant 2; the
+        // bucket ends empty every time.
+        assert!((1..=2).contains(&granted), "granted {granted}");
+        assert_eq!(left, 0);
+        assert_eq!(bucket.burst(), 1);
+        // Empty to the unit: the next token is a whole period away. A take computed with the
+        // old quota but landing after the change would leave a fraction behind.
+        assert_eq!(
+            bucket.try_acquire(1),
+            Err(Denied::Insufficient {
+                retry_after: Duration::from_secs(3)
+            })
+        );
+    });
+}
