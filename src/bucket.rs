@@ -8,6 +8,9 @@ use crate::params::Params;
 use crate::word::{DefaultWord, Word};
 use crate::{ConfigError, Denied, Quota};
 
+mod upstream;
+pub use upstream::Pause;
+
 /// A lock-free token bucket whose whole state is one atomic word.
 ///
 /// Tokens accrue at the quota's rate up to its burst; acquiring `n` spends `n`. The refill is

@@ -76,16 +76,21 @@
 #[cfg(any(feature = "std", test))]
 extern crate std;
 
+#[cfg(any(loom, target_has_atomic = "64"))]
+mod adjustable;
 mod approx;
 mod bucket;
 mod clock;
 #[cfg(all(feature = "coarse-clock", not(loom)))]
 mod coarse_clock;
 mod error;
+pub mod headers;
+mod jitter;
 #[cfg(any(feature = "std", feature = "heapless"))]
 mod keyed;
 #[cfg(feature = "tower")]
 pub mod layer;
+mod limits;
 mod params;
 mod rate;
 #[cfg(feature = "redis")]
@@ -99,7 +104,9 @@ mod word;
 
 #[cfg(feature = "redis")]
 pub use self::redis::RedisBucket;
-pub use bucket::{Reservation, TickRate, TokenBucket};
+#[cfg(any(loom, target_has_atomic = "64"))]
+pub use adjustable::{AdjustableBucket, SetQuotaError};
+pub use bucket::{Pause, Reservation, TickRate, TokenBucket};
 pub use clock::Clock;
 #[cfg(any(loom, target_has_atomic = "64"))]
 pub use clock::ManualClock;
@@ -108,12 +115,14 @@ pub use clock::StdClock;
 #[cfg(all(feature = "coarse-clock", not(loom)))]
 pub use coarse_clock::CoarseClock;
 pub use error::{ConfigError, Denied};
+pub use jitter::Jitter;
 #[cfg(feature = "std")]
 pub use keyed::KeyedLimiter;
 #[cfg(all(feature = "heapless", not(loom)))]
 pub use keyed::KeyedTable;
 #[cfg(any(feature = "std", feature = "heapless"))]
 pub use keyed::{KeyedDenied, WhenFull};
+pub use limits::{Limits, LimitsReservation};
 pub use rate::{Quota, Rate};
 #[cfg(feature = "quanta")]
 pub use tsc_clock::TscClock;

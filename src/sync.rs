@@ -15,3 +15,15 @@ pub(crate) use portable_atomic::{AtomicU32, Ordering};
 
 #[cfg(all(not(loom), target_has_atomic = "64"))]
 pub(crate) use portable_atomic::AtomicU64;
+
+#[cfg(loom)]
+pub(crate) use loom::{
+    hint::spin_loop,
+    sync::atomic::{fence, AtomicBool},
+};
+
+#[cfg(all(not(loom), target_has_atomic = "64"))]
+pub(crate) use {
+    core::hint::spin_loop,
+    portable_atomic::{fence, AtomicBool},
+};

@@ -153,3 +153,58 @@ impl Params {
         }
     }
 }
+
+/// Transitions for feedback from an upstream: pauses, and refunds of tokens never used.
+impl Params {
+    /// Empties the bucket at `pause_units` after `now_units` (at most the debt bound), so that
+    /// nothing is granted before then and it resumes empty. `None` when the word already grants
+    /// nothing before then: a pause never shortens a longer one, nor a debt, and never adds
+    /// tokens.
+    pub(crate) fn paused(&self, word: u64, now_units: u64, pause_units: u64) -> Option<u64> {
+        // pause_units <= W / 4: the negated level fits an i64 on every word.
+        let target = -(pause_units.min(self.max_debt_units) as i64);
+        (self.level(word, now_units) > target).then(|| self.at_level(now_units, target))
+    }
+
+    /// Units from `now_units` until the bucket is empty again: 0 when it holds tokens.
+    pub(crate) fn debt(&self, word: u64, now_units: u64) -> u64 {
+        self.level(word, now_units).min(0).unsigned_abs()
+    }
+
+    /// Undoes a take of `cost` units that left the word at `due`, for a grant the caller has not
+    /// acted on. Gives back what the bucket would hold had the take never happened, or less:
+    /// without the take the level was higher by `cost`, less what the burst cap has since cut
+    /// from that history, and that is at most what accrued beyond the burst since the take
+    /// (`now - due + cost - burst`). So it gives back `min(cost, burst - (now - due))`, capped by
+    /// the burst, whatever other callers took in between: a denied caller loses nobody a token.
+    pub(crate) fn refund(&self, word: u64, now_units: u64, due: u64, cost: u64) -> Option<u64> {
+        // burst < W / 4 and |elapsed| < W / 2: no overflow.
+        let headroom = self.burst_units as i64 - self.elapsed(now_units, due);
+        let restore = (cost as i64).min(headroom);
+        if restore <= 0 {
+            return None;
+        }
+        let level = self
+            .level(word, now_units)
+            .saturating_add(restore)
+            .min(self.burst_units as i64);
+        Some(self.at_level(now_units, level))
+    }
+}
+
+/// The transition for a change of quota (only `AdjustableBucket` changes quotas, and it needs
+/// 64-bit atomics).
+#[cfg(any(loom, target_has_atomic = "64"))]
+impl Params {
+    /// The word under `to` holding, at `now_ticks`, the tokens `word` holds under `self`: the
+    /// level kept as-is in tokens (fractions rounded toward fewer), capped by the new burst;
+    /// debt kept in tokens too, clamped to the new debt bound.
+    pub(crate) fn converted(&self, to: &Params, word: u64, now_ticks: u64) -> u64 {
+        let level = i128::from(self.level(word, self.units_at(now_ticks)));
+        let scaled = (level * i128::from(to.units_per_token.get()))
+            .div_euclid(i128::from(self.units_per_token.get()));
+        let level = scaled.clamp(-i128::from(to.max_debt_units), i128::from(to.burst_units));
+        // Within ±W / 4 of the new word: fits an i64.
+        to.at_level(to.units_at(now_ticks), level as i64)
+    }
+}

@@ -43,7 +43,7 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
 
 /// Sleeps for `wait` in as few `DelayNs` calls as the units allow: one below 4.29 s (ns),
 /// one below 71 minutes (µs), then milliseconds.
-fn delay_for(delay: &mut impl DelayNs, wait: Duration) {
+pub(crate) fn delay_for(delay: &mut impl DelayNs, wait: Duration) {
     if wait.is_zero() {
         return;
     }

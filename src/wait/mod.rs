@@ -9,5 +9,7 @@ mod delay;
 #[cfg(feature = "tokio")]
 mod tokio;
 
+#[cfg(feature = "embedded-hal")]
+pub(crate) use self::delay::delay_for;
 #[cfg(feature = "tokio")]
 pub use self::tokio::TokioClock;

@@ -1,0 +1,368 @@
+//! [`AdjustableBucket`]: a token bucket whose quota can change while it is in use.
+
+use core::num::NonZeroU64;
+use core::time::Duration;
+
+use crate::clock::{duration_to_ticks_floor, ticks_to_duration_ceil, Clock};
+use crate::params::Params;
+use crate::sync::{fence, spin_loop, AtomicBool, AtomicU64, Ordering};
+use crate::{ConfigError, Denied, Quota};
+
+/// The low half of the state: the bucket's word, on the 32-bit layout.
+const WORD_MASK: u64 = 0xFFFF_FFFF;
+/// Set in a slot's version when it holds a generation's parameters.
+const VALID: u64 = 1 << 32;
+/// Parameters packed into a slot.
+const FIELDS: usize = 14;
+
+/// A token bucket whose rate and burst can change while other threads acquire
+/// ([`set_quota`](Self::set_quota)), with no lock on the acquire path.
+///
+/// The plain [`TokenBucket`](crate::TokenBucket) keeps its layout in plain fields, so its hot
+/// path reads no parameters from memory shared with a writer; this type pays for being
+/// adjustable instead. Its state is one 64-bit atomic: a 32-bit *generation* above a bucket word
+/// on the 32-bit layout. The layout for each generation sits in one of two slots of atomics,
+/// published under a version (a seqlock in safe atomics). An acquire reads the state, the slot
+/// for its generation, and runs the usual transition; its compare-exchange includes the
+/// generation, so it lands only if the quota it used is still the current one. A change writes
+/// the other slot, then converts the word and bumps the generation in one compare-exchange.
+///
+/// **The fill is kept as-is, in tokens, capped by the new burst** (debt from reservations or a
+/// pause is kept in tokens too). As-is rather than proportionate: tokens already earned are the
+/// caller's to spend under either quota, and a change mints none — a proportionate fill would
+/// turn 5 of 10 into 50 of 100 on a larger burst, granting at once what was never earned. So
+/// over a run of quota changes, grants stay within the sum over each segment of its burst plus
+/// its rate times its length.
+///
+/// The 32-bit layout bounds what it holds as the 32-bit word does: an idle horizon of an hour
+/// where the rate and clock allow (call [`touch`](Self::touch) within it; past it an idle
+/// bucket reads as empty, never as fuller) and a [`max_pause`](Self::max_pause) of about half
+/// that. The generation wraps after 2^32 changes; an acquire would have to stall between its
+/// read and its compare-exchange across all of them to act on a stale quota. Only where the
+/// target has 64-bit atomics.
+///
+/// ```
+/// use core::time::Duration;
+/// use tollgate::{AdjustableBucket, ManualClock, Quota, Rate};
+///
+/// let clock = ManualClock::new();
+/// let bucket = AdjustableBucket::try_new(Quota::new(Rate::per_second(10)).burst(10), &clock)?;
+/// assert!(bucket.try_acquire(4).is_ok());
+/// // The upstream halves the quota: the 6 tokens left are kept, capped by the new burst of 5.
+/// bucket.set_quota(Quota::new(Rate::per_second(5)).burst(5))?;
+/// assert_eq!(bucket.available(), 5);
+/// assert!(bucket.try_acquire(5).is_ok());
+/// clock.advance(Duration::from_millis(200));
+/// assert!(bucket.try_acquire(1).is_ok()); // one every 200 ms now
+/// # Ok::<(), tollgate::SetQuotaError>(())
+/// ```
+#[derive(Debug)]
+pub struct AdjustableBucket<C> {
+    /// `generation << 32 | word`.
+    state: AtomicU64,
+    /// The layout of generation `g` is in `slots[g % 2]`.
+    slots: [Slot; 2],
+    /// Held by the one change in progress; acquires never look at it.
+    changing: AtomicBool,
+    clock: C,
+}
+
+/// Why [`AdjustableBucket::set_quota`] changed nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum SetQuotaError {
+    /// The new quota cannot be used on this clock.
+    Config(ConfigError),
+    /// Another change is in progress: try again (changes are rare, so they do not queue, and
+    /// an interrupt handler changing the quota never waits on the code it interrupted).
+    Busy,
+}
+
+impl From<ConfigError> for SetQuotaError {
+    fn from(error: ConfigError) -> Self {
+        SetQuotaError::Config(error)
+    }
+}
+
+impl core::fmt::Display for SetQuotaError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            SetQuotaError::Config(error) => write!(f, "quota refused: {error}"),
+            SetQuotaError::Busy => f.write_str("another quota change is in progress"),
+        }
+    }
+}
+
+impl core::error::Error for SetQuotaError {}
+
+/// One generation's layout, in atomics, under a version.
+#[derive(Debug)]
+struct Slot {
+    /// `VALID | generation` when the fields hold that generation's layout; 0 while written.
+    version: AtomicU64,
+    fields: [AtomicU64; FIELDS],
+}
+
+impl Slot {
+    fn empty() -> Self {
+        Self {
+            version: AtomicU64::new(0),
+            fields: core::array::from_fn(|_| AtomicU64::new(0)),
+        }
+    }
+
+    /// The layout of `generation`, or `None` if the slot holds another or is being written.
+    #[inline]
+    fn read(&self, generation: u32) -> Option<Params> {
+        let expected = VALID | u64::from(generation);
+        // Acquire: the fields written before this version was published are visible.
+        if self.version.load(Ordering::Acquire) != expected {
+            return None;
+        }
+        let fields: [u64; FIELDS] =
+            core::array::from_fn(|i| self.fields[i].load(Ordering::Relaxed));
+        // Acquire: orders the field loads before the version's re-check, so a field from a
+        // writer that began meanwhile is caught by a changed version.
+        fence(Ordering::Acquire);
+        if self.version.load(Ordering::Relaxed) != expected {
+            return None;
+        }
+        unpack(&fields)
+    }
+
+    /// Publishes `params` as `generation`'s. Only one writer at a time.
+    fn write(&self, generation: u32, params: &Params) {
+        self.version.store(0, Ordering::Relaxed);
+        // Release: a reader that sees any field below also sees the version cleared above.
+        fence(Ordering::Release);
+        for (cell, value) in self.fields.iter().zip(pack(params)) {
+            cell.store(value, Ordering::Relaxed);
+        }
+        // Release: publishes the fields with the version.
+        self.version
+            .store(VALID | u64::from(generation), Ordering::Release);
+    }
+}
+
+fn pack(p: &Params) -> [u64; FIELDS] {
+    [
+        u64::from(p.shift),
+        p.quanta_mask,
+        p.units_per_quantum.get(),
+        p.units_mask,
+        p.modulus,
+        p.half,
+        p.units_per_token.get(),
+        p.burst,
+        p.burst_units,
+        p.max_debt_units,
+        p.start_units,
+        p.horizon_ticks,
+        p.unused,
+        u64::from(p.exact),
+    ]
+}
+
+fn unpack(f: &[u64; FIELDS]) -> Option<Params> {
+    Some(Params {
+        shift: u32::try_from(f[0]).ok()?,
+        quanta_mask: f[1],
+        units_per_quantum: NonZeroU64::new(f[2])?,
+        units_mask: f[3],
+        modulus: f[4],
+        half: f[5],
+        units_per_token: NonZeroU64::new(f[6])?,
+        burst: f[7],
+        burst_units: f[8],
+        max_debt_units: f[9],
+        start_units: f[10],
+        horizon_ticks: f[11],
+        unused: f[12],
+        exact: f[13] != 0,
+    })
+}
+
+impl<C: Clock> AdjustableBucket<C> {
+    /// A bucket for `quota` on the 32-bit layout. Reads the clock and applies the start fill
+    /// now.
+    pub fn try_new(quota: Quota, clock: C) -> Result<Self, ConfigError> {
+        let params = Params::solve(&quota, C::TICKS_PER_SECOND, 32)?;
+        let slots = [Slot::empty(), Slot::empty()];
+        slots[0].write(0, &params);
+        let word = params.fresh(params.units_at(clock.now()));
+        Ok(Self {
+            state: AtomicU64::new(word),
+            slots,
+            changing: AtomicBool::new(false),
+            clock,
+        })
+    }
+
+    /// Takes `n` tokens now, or says how long until it could: as
+    /// [`TokenBucket::try_acquire`](crate::TokenBucket::try_acquire), under the quota current
+    /// when it lands.
+    pub fn try_acquire(&self, n: u32) -> Result<(), Denied> {
+        if n == 0 {
+            return Ok(());
+        }
+        let now = self.clock.now();
+        self.update(
+            |p, word, now_units| {
+                let cost = cost(p, n)?;
+                match p.take(word, now_units, cost, 0) {
+                    Ok((word, _)) => Ok((word, ())),
+                    Err(short) => Err(Denied::Insufficient {
+                        retry_after: ticks_to_duration_ceil::<C>(p.ticks_until(now, short)),
+                    }),
+                }
+            },
+            now,
+        )
+    }
+
+    /// Grants nothing for `duration`, then resumes empty: as
+    /// [`TokenBucket::pause_for`](crate::TokenBucket::pause_for), clamped to
+    /// [`max_pause`](Self::max_pause). Returns how long from now until it resumes.
+    pub fn pause_for(&self, duration: Duration) -> Duration {
+        let now = self.clock.now();
+        let ticks = duration_to_ticks_floor::<C>(duration);
+        let debt = self.update(
+            |p, word, now_units| {
+                let ticks = ticks.min(max_pause_ticks(p));
+                let pause_units = p
+                    .elapsed(p.units_at(now.wrapping_add(ticks)), now_units)
+                    .max(0) as u64;
+                match p.paused(word, now_units, pause_units) {
+                    Some(new) => Ok((new, p.ticks_until(now, pause_units))),
+                    None => Err(p.ticks_until(now, p.debt(word, now_units))),
+                }
+            },
+            now,
+        );
+        ticks_to_duration_ceil::<C>(debt.unwrap_or_else(|ticks| ticks))
+    }
+
+    /// Changes the rate and the burst, safe while other threads acquire. The tokens in the
+    /// bucket are kept as they are, capped by the new burst; the start fill of `quota` is not
+    /// used. A quota this clock cannot hold, or another change in progress, changes nothing.
+    pub fn set_quota(&self, quota: Quota) -> Result<(), SetQuotaError> {
+        let to = Params::solve(&quota, C::TICKS_PER_SECOND, 32)?;
+        // Acquire: sees the slot and state the previous change published.
+        if self
+            .changing
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            return Err(SetQuotaError::Busy);
+        }
+        let (mut state, from) = self.current();
+        let next = generation(state).wrapping_add(1);
+        self.slots[next as usize % 2].write(next, &to);
+        let now = self.clock.now();
+        loop {
+            let word = from.converted(&to, state & WORD_MASK, now);
+            // Release: an acquire that reads the new generation also reads its slot. Only
+            // this change moves the generation, so a failure is an acquire landing first.
+            match self.state.compare_exchange_weak(
+                state,
+                u64::from(next) << 32 | word,
+                Ordering::Release,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => break,
+                Err(actual) => state = actual,
+            }
+        }
+        // Release: the next change starts from this one's slot and state.
+        self.changing.store(false, Ordering::Release);
+        Ok(())
+    }
+
+    /// Whole tokens in the bucket now; 0 in debt.
+    pub fn available(&self) -> u64 {
+        let (state, p) = self.current();
+        p.tokens(state & WORD_MASK, p.units_at(self.clock.now()))
+    }
+
+    /// The current burst.
+    pub fn burst(&self) -> u64 {
+        self.current().1.burst
+    }
+
+    /// The longest pause the current layout holds.
+    pub fn max_pause(&self) -> Duration {
+        ticks_to_duration_ceil::<C>(max_pause_ticks(&self.current().1))
+    }
+
+    /// Keeps an idle bucket readable for another idle horizon, as
+    /// [`TokenBucket::touch`](crate::TokenBucket::touch).
+    pub fn touch(&self) {
+        let now = self.clock.now();
+        let _already_fresh = self.update(
+            |p, word, now_units| p.refreshed(word, now_units).map(|w| (w, ())).ok_or(()),
+            now,
+        );
+    }
+
+    /// The clock this bucket reads.
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+
+    /// The state and its generation's layout.
+    #[inline]
+    fn current(&self) -> (u64, Params) {
+        loop {
+            // Acquire: pairs with the Release of the change that wrote this generation.
+            let state = self.state.load(Ordering::Acquire);
+            if let Some(params) = self.slots[generation(state) as usize % 2].read(generation(state))
+            {
+                return (state, params);
+            }
+            // Stale: two changes landed since the load. Read again.
+            spin_loop();
+        }
+    }
+
+    /// The CAS driver: the transition under the current generation's layout, landing only
+    /// while that generation is current.
+    #[inline]
+    fn update<T, E>(
+        &self,
+        mut transition: impl FnMut(&Params, u64, u64) -> Result<(u64, T), E>,
+        now_ticks: u64,
+    ) -> Result<T, E> {
+        let (mut state, mut params) = self.current();
+        loop {
+            let (word, out) = transition(&params, state & WORD_MASK, params.units_at(now_ticks))?;
+            let new = (state & !WORD_MASK) | word;
+            // Relaxed: the word is the bucket's state; the layout comes through `current`.
+            match self
+                .state
+                .compare_exchange_weak(state, new, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => return Ok(out),
+                Err(actual) if generation(actual) == generation(state) => state = actual,
+                Err(_) => (state, params) = self.current(),
+            }
+        }
+    }
+}
+
+fn generation(state: u64) -> u32 {
+    (state >> 32) as u32
+}
+
+fn cost(p: &Params, n: u32) -> Result<u64, Denied> {
+    if u64::from(n) > p.burst {
+        return Err(Denied::ExceedsCapacity { burst: p.burst });
+    }
+    Ok(u64::from(n) * p.units_per_token.get())
+}
+
+fn max_pause_ticks(p: &Params) -> u64 {
+    (p.max_debt_units / p.units_per_quantum)
+        .checked_shl(p.shift)
+        .unwrap_or(u64::MAX)
+}

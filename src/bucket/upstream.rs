@@ -1,0 +1,189 @@
+//! Feedback from an upstream: pauses after a 429, and the crate-private pieces that let several
+//! buckets act as one (a take undone, a wait computed without taking).
+
+use core::time::Duration;
+
+use super::{Reservation, TokenBucket};
+use crate::clock::{duration_to_ticks_floor, ticks_to_duration_ceil, Clock};
+use crate::{Denied, Word};
+
+/// What [`TokenBucket::pause_for`] and [`TokenBucket::pause_until`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum Pause {
+    /// The bucket grants nothing for `resumes_after`, and is empty then.
+    Paused {
+        /// How long from now until the bucket is empty again and starts to refill.
+        resumes_after: Duration,
+    },
+    /// The bucket already granted nothing for at least as long (an earlier pause, or debt from
+    /// reservations), so it is unchanged.
+    AlreadyLonger {
+        /// How long from now until the bucket is empty again and starts to refill.
+        resumes_after: Duration,
+    },
+    /// The pause asked for was longer than the word can hold as debt
+    /// ([`TokenBucket::max_pause`]), so the bucket is paused for that instead. Pause again when
+    /// it runs out if the upstream still refuses.
+    Clamped {
+        /// How long from now until the bucket is empty again and starts to refill.
+        resumes_after: Duration,
+    },
+}
+
+impl Pause {
+    /// How long from now until the bucket is empty again and starts to refill, whatever the
+    /// variant.
+    pub const fn resumes_after(&self) -> Duration {
+        match *self {
+            Pause::Paused { resumes_after }
+            | Pause::AlreadyLonger { resumes_after }
+            | Pause::Clamped { resumes_after } => resumes_after,
+        }
+    }
+}
+
+impl<C: Clock, W: Word> TokenBucket<C, W> {
+    /// Grants nothing for `duration` from now, then resumes empty: what to do after an upstream
+    /// answers 429 with `Retry-After`.
+    ///
+    /// One compare-exchange on the word: the bucket is set empty at the instant, so the first
+    /// grant after it waits for its tokens to accrue and the retry is not a burst. A pause never
+    /// shortens a longer pause or a debt from reservations, and never adds tokens. A pause longer
+    /// than [`max_pause`](Self::max_pause) (decades on the 64-bit word, about half the idle
+    /// horizon on the 32-bit word) is clamped to it and reported as [`Pause::Clamped`].
+    /// `Duration::ZERO` empties the bucket now.
+    ///
+    /// Reservations made before the pause keep their instants. Cancelling one of them gives
+    /// back, as [`cancel`](Self::cancel) always does, only what the word did not move past, so
+    /// it can end the pause early by at most its own tokens.
+    ///
+    /// ```
+    /// use core::time::Duration;
+    /// use tollgate::{ManualClock, Pause, Quota, Rate, TokenBucket};
+    ///
+    /// let clock = ManualClock::new();
+    /// let bucket = TokenBucket::try_new(Quota::new(Rate::per_second(10)).burst(10), &clock)?;
+    /// // The upstream said 429, Retry-After: 2.
+    /// let pause = bucket.pause_for(Duration::from_secs(2));
+    /// assert_eq!(pause, Pause::Paused { resumes_after: Duration::from_secs(2) });
+    /// clock.advance(Duration::from_secs(2));
+    /// assert!(bucket.try_acquire(1).is_err()); // empty at the instant, not full
+    /// clock.advance(Duration::from_millis(100));
+    /// assert!(bucket.try_acquire(1).is_ok());
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn pause_for(&self, duration: Duration) -> Pause {
+        let now = self.clock.now();
+        // Rounded up, so that the pause is never shorter than asked.
+        let mut ticks = duration_to_ticks_floor::<C>(duration);
+        if ticks_to_duration_ceil::<C>(ticks) < duration {
+            ticks = ticks.saturating_add(1);
+        }
+        self.pause_ticks(now, ticks)
+    }
+
+    /// Grants nothing before the clock reads `until_ticks`, then resumes empty: as
+    /// [`pause_for`](Self::pause_for), given an instant on the bucket's clock. An instant at or
+    /// before now empties the bucket now.
+    pub fn pause_until(&self, until_ticks: u64) -> Pause {
+        let now = self.clock.now();
+        // Signed, so that a clock that wrapped or an instant already past read right.
+        let ahead = until_ticks.wrapping_sub(now) as i64;
+        self.pause_ticks(now, ahead.max(0) as u64)
+    }
+
+    /// The longest pause the word can hold: the debt bound, read to the clock's resolution.
+    pub fn max_pause(&self) -> Duration {
+        ticks_to_duration_ceil::<C>(self.max_pause_ticks())
+    }
+
+    fn max_pause_ticks(&self) -> u64 {
+        let p = &self.params;
+        let quanta = p.max_debt_units / p.units_per_quantum;
+        quanta.checked_shl(p.shift).unwrap_or(u64::MAX)
+    }
+
+    fn pause_ticks(&self, now: u64, ticks: u64) -> Pause {
+        let p = &self.params;
+        let max = self.max_pause_ticks();
+        let clamped = ticks > max;
+        let ticks = ticks.min(max);
+        let resumes_at = now.wrapping_add(ticks);
+        let outcome = self.update(now, |word, now_units| {
+            // Read to the quantum: a grant needs the clock in a later quantum than the
+            // instant's, so none comes before it.
+            let pause_units = p.elapsed(p.units_at(resumes_at), now_units).max(0) as u64;
+            match p.paused(word, now_units, pause_units) {
+                Some(word) => Ok((word, ())),
+                None => Err(p.debt(word, now_units)),
+            }
+        });
+        match outcome {
+            Ok(()) => {
+                let resumes_after = ticks_to_duration_ceil::<C>(ticks);
+                if clamped {
+                    Pause::Clamped { resumes_after }
+                } else {
+                    Pause::Paused { resumes_after }
+                }
+            }
+            Err(debt_units) => Pause::AlreadyLonger {
+                resumes_after: ticks_to_duration_ceil::<C>(p.ticks_until(now, debt_units)),
+            },
+        }
+    }
+
+    /// Undoes a reservation the caller has not acted on, whether or not it is due: gives back
+    /// its tokens, less what the burst cap would have cut from them since (see
+    /// `Params::refund`). For several buckets acting as one, where a part due early is not used
+    /// until the whole is due.
+    pub(crate) fn refund(&self, reservation: Reservation) {
+        if reservation.tokens == 0 {
+            return;
+        }
+        let Ok(cost) = self.cost(reservation.tokens) else {
+            return;
+        };
+        let p = &self.params;
+        let due = reservation.due_units;
+        let _nothing_to_give_back = self.update(self.clock.now(), |word, now_units| {
+            p.refund(word, now_units, due, cost)
+                .map(|word| (word, ()))
+                .ok_or(())
+        });
+    }
+
+    /// How long until `reserve(n, max_wait)` would succeed, without taking anything: zero when
+    /// it would now.
+    pub(crate) fn shortfall(&self, n: u32, max_wait: Duration) -> Result<Duration, Denied> {
+        if n == 0 {
+            return Ok(Duration::ZERO);
+        }
+        let cost = self.cost(n)?;
+        let p = &self.params;
+        let now = self.clock.now();
+        let word = W::load(&self.word);
+        if word == p.unused {
+            // Not used yet: it would start at its start fill now.
+            let short = cost.saturating_sub(p.start_units);
+            return Ok(self.beyond(now, short, max_wait));
+        }
+        let now_units = p.units_at(now);
+        match p.take(word, now_units, cost, p.max_debt_units) {
+            Ok((_, debt)) => Ok(self.beyond(now, debt, max_wait)),
+            // Beyond the debt bound: no max_wait helps until `beyond` units have accrued.
+            Err(beyond) => Ok(self
+                .beyond(now, beyond + p.max_debt_units, max_wait)
+                .max(ticks_to_duration_ceil::<C>(p.ticks_until(now, beyond)))),
+        }
+    }
+
+    /// The part of the wait for `short_units` beyond `max_wait`.
+    fn beyond(&self, now: u64, short_units: u64, max_wait: Duration) -> Duration {
+        let wait = self.params.ticks_until(now, short_units);
+        let over = wait.saturating_sub(duration_to_ticks_floor::<C>(max_wait));
+        ticks_to_duration_ceil::<C>(over)
+    }
+}
