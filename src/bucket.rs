@@ -284,6 +284,15 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
     ///
     /// Pass only reservations made by this bucket.
     pub fn cancel(&self, reservation: Reservation) {
+        self.give_back_by(reservation, Params::give_back);
+    }
+
+    /// Gives a reservation's tokens back by `rule(params, word, now_units, due, cost)`.
+    pub(crate) fn give_back_by(
+        &self,
+        reservation: Reservation,
+        rule: impl Fn(&Params, u64, u64, u64, u64) -> Option<u64>,
+    ) {
         if reservation.tokens == 0 {
             return;
         }
@@ -293,7 +302,7 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
         let p = &self.params;
         let due = reservation.due_units;
         let _nothing_to_give_back = self.update(self.clock.now(), |word, now_units| {
-            p.give_back(word, now_units, due, cost)
+            rule(p, word, now_units, due, cost)
                 .map(|word| (word, ()))
                 .ok_or(())
         });
@@ -424,12 +433,13 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
     /// The bucket's word and parameters, for the CAS driver.
     #[inline]
     pub(crate) fn cell(&self) -> WordCell<'_, W> {
-        WordCell {
-            word: &self.word,
-            params: &self.params,
-            #[cfg(loom)]
+        let cell = WordCell::new(&self.word, &self.params);
+        #[cfg(loom)]
+        let cell = WordCell {
             lost_update: self.lost_update,
-        }
+            ..cell
+        };
+        cell
     }
 
     #[inline]

@@ -45,16 +45,19 @@
 //!
 //! | feature | default | what it adds |
 //! |---|---|---|
-//! | `std` | yes | [`StdClock`], `TokenBucket::acquire_blocking`: blocking waits for threads |
-//! | `defmt` | no | `defmt::Format` on the public types |
-//! | `embedded-hal` | no | `TokenBucket::acquire_with_delay`: blocking waits through `DelayNs` |
+//! | `std` | yes | [`StdClock`]; `TokenBucket::acquire_blocking`: blocking waits for threads; [`KeyedLimiter`]: per-key limits for servers, sharded and capped |
 //! | `tokio` | no | `TokioClock`, `TokenBucket::acquire(n).await`: cancel-safe async waits |
-//! | `std` | yes | [`KeyedLimiter`]: per-key limits for servers, sharded, capped |
+//! | `embedded-hal` | no | `TokenBucket::acquire_with_delay`: blocking waits through `DelayNs` |
 //! | `heapless` | no | `KeyedTable`: per-key limits in fixed memory, safe in interrupt handlers |
 //! | `tower` | no | `layer`: tower middleware, rejection (429 headers) or backpressure |
+//! | `redis` | no | `RedisBucket`: one quota shared by many processes, kept in Redis |
 //! | `quanta` | no | `TscClock`: the CPU's time-stamp counter, for hot paths (implies `std`) |
 //! | `coarse-clock` | no | `CoarseClock`: one atomic refreshed every millisecond (implies `std`) |
-//! | `redis` | no | `RedisBucket`: one quota shared by many processes, kept in Redis |
+//! | `defmt` | no | `defmt::Format` on the public types |
+//!
+//! Always available: [`Limits`] (several buckets taken all-or-none), `TokenBucket::pause_for`
+//! after a 429, [`headers`] (`Retry-After` and the IETF `RateLimit` headers), [`Jitter`], and
+//! `AdjustableBucket` (live `set_quota`, where the target has 64-bit atomics).
 //!
 //! Without `std` the crate is `no_std` and needs only atomics. On targets without
 //! compare-and-swap (thumbv6m, riscv32imc) the final firmware chooses how portable-atomic

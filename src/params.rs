@@ -115,11 +115,11 @@ impl Params {
             3_600 * ticks_per_second as u128
         };
 
-        if let Some(p) = exact_for(a, b, burst, start, bits, target_ticks) {
+        if let Some(p) = first_layout(a, b, burst, start, bits, target_ticks, true) {
             return Ok(p);
         }
         if bits == 64 {
-            return match approximate_for(a, b, burst, start, bits, target_ticks) {
+            return match first_layout(a, b, burst, start, bits, target_ticks, false) {
                 Some(p) => Ok(p),
                 None => Err(ConfigError::Unrepresentable),
             };
@@ -130,12 +130,7 @@ impl Params {
         loop {
             let mut target = target_ticks / 2;
             while target > 0 {
-                let found = if exact {
-                    exact_for(a, b, burst, start, bits, target)
-                } else {
-                    approximate_for(a, b, burst, start, bits, target)
-                };
-                if let Some(p) = found {
+                if let Some(p) = first_layout(a, b, burst, start, bits, target, exact) {
                     return Ok(p);
                 }
                 target /= 2;
@@ -143,7 +138,7 @@ impl Params {
             if !exact {
                 return Err(ConfigError::Unrepresentable);
             }
-            if let Some(p) = approximate_for(a, b, burst, start, bits, target_ticks) {
+            if let Some(p) = first_layout(a, b, burst, start, bits, target_ticks, false) {
                 return Ok(p);
             }
             exact = false;
@@ -162,42 +157,27 @@ impl Params {
     }
 }
 
-/// The finest exact layout of `a / b` tokens per tick whose horizon reaches `target_ticks`.
-const fn exact_for(
+/// The finest layout of `a / b` tokens per tick whose horizon reaches `target_ticks`: exact, or
+/// with the rate rounded down by at most one part in 2^[`ROUNDING_BITS`].
+const fn first_layout(
     a: u128,
     b: u128,
     burst: u64,
     start: u64,
     bits: u32,
     target_ticks: u128,
+    exact: bool,
 ) -> Option<Params> {
     let mut shift = 0;
     while shift < 64 && a <= (u128::MAX >> shift) {
         let per_quantum = a << shift;
-        let g = gcd(per_quantum, b);
-        if let Some(p) = layout(shift, per_quantum / g, b / g, burst, start, bits) {
-            if p.horizon_ticks as u128 >= target_ticks {
-                return Some(p);
-            }
-        }
-        shift += 1;
-    }
-    None
-}
-
-/// The finest layout whose horizon reaches `target_ticks` with `a / b` rounded down by at most
-/// one part in 2^[`ROUNDING_BITS`].
-const fn approximate_for(
-    a: u128,
-    b: u128,
-    burst: u64,
-    start: u64,
-    bits: u32,
-    target_ticks: u128,
-) -> Option<Params> {
-    let mut shift = 0;
-    while shift < 64 && a <= (u128::MAX >> shift) {
-        if let Some(p) = approximate(shift, a << shift, b, burst, start, bits, target_ticks) {
+        let found = if exact {
+            let g = gcd(per_quantum, b);
+            layout(shift, per_quantum / g, b / g, burst, start, bits)
+        } else {
+            approximate(shift, per_quantum, b, burst, start, bits, target_ticks)
+        };
+        if let Some(p) = found {
             if p.horizon_ticks as u128 >= target_ticks {
                 return Some(p);
             }

@@ -5,6 +5,7 @@ use core::time::Duration;
 
 use super::{Reservation, TokenBucket};
 use crate::clock::{duration_to_ticks_floor, ticks_to_duration_ceil, Clock};
+use crate::params::Params;
 use crate::{Denied, Word};
 
 /// What [`TokenBucket::pause_for`] and [`TokenBucket::pause_until`] did.
@@ -140,19 +141,7 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
     /// `Params::refund`). For several buckets acting as one, where a part due early is not used
     /// until the whole is due.
     pub(crate) fn refund(&self, reservation: Reservation) {
-        if reservation.tokens == 0 {
-            return;
-        }
-        let Ok(cost) = self.cost(reservation.tokens) else {
-            return;
-        };
-        let p = &self.params;
-        let due = reservation.due_units;
-        let _nothing_to_give_back = self.update(self.clock.now(), |word, now_units| {
-            p.refund(word, now_units, due, cost)
-                .map(|word| (word, ()))
-                .ok_or(())
-        });
+        self.give_back_by(reservation, Params::refund);
     }
 
     /// How long until `reserve(n, max_wait)` would succeed, without taking anything: zero when
