@@ -37,6 +37,7 @@ expected=(
   "exceeded 0 times: ok"
   "every token accrued was granted (within 2 of the bound): ok"
   "contention: ok"
+  "keyed table: ok"
   "PASS"
 )
 

@@ -7,7 +7,9 @@
 //!    table, seven allowed, then blocked and allowed in turn;
 //! 2. five `acquire_with_delay` calls at 10/s from empty: each waits its 100 ms, on schedule;
 //! 3. the main loop and the SysTick handler taking from one bucket for two seconds: the grants
-//!    never exceed `burst + rate × elapsed`, checked after every call of the main loop.
+//!    never exceed `burst + rate × elapsed`, checked after every call of the main loop;
+//! 4. a table of per-CAN-id buckets (`KeyedTable`): each id its own burst, a new id refused while
+//!    every slot's bucket is in use, and admitted in place of one that has refilled.
 //!
 //! Run it with `cargo run --release --target thumbv7m-none-eabi` (or thumbv6m-none-eabi,
 //! thumbv7em-none-eabihf) from this directory: the runner starts qemu-system-arm.
@@ -20,8 +22,9 @@ use core::sync::atomic::{compiler_fence, Ordering};
 
 use cortex_m_rt::{entry, exception};
 use cortex_m_semihosting::{debug, hprintln};
+use embedded_hal::delay::DelayNs;
 use portable_atomic::{AtomicBool, AtomicU32};
-use tollgate::{Clock, Denied, Quota, Rate, TokenBucket};
+use tollgate::{Clock, Denied, KeyedDenied, KeyedTable, Quota, Rate, TokenBucket, WhenFull};
 use tollgate_firmware::board::{CORE_HZ, ICOUNT_SHIFT, NAME};
 use tollgate_firmware::systick::{self, SysTickClock, SysTickDelay, INTERRUPT_HZ, PERIOD_TICKS};
 
@@ -33,6 +36,14 @@ static TABLE: TokenBucket<SysTickClock> =
 static PACED: TokenBucket<SysTickClock> = TokenBucket::new(
     Quota::new(Rate::per_second(10)).burst(1).start_empty(),
     SysTickClock,
+);
+
+/// One bucket per CAN id, four slots, 10 frames a second each, at most 2 at once. When every
+/// slot holds an id whose bucket is not full, a new id is refused (fail closed).
+static PER_ID: KeyedTable<u16, SysTickClock, 4> = KeyedTable::new(
+    Quota::new(Rate::per_second(10)).burst(2),
+    SysTickClock,
+    WhenFull::Refuse,
 );
 
 const SHARED_RATE: u64 = 200;
@@ -98,6 +109,7 @@ fn main() -> ! {
     passed &= twelve_requests();
     passed &= blocking_waits();
     passed &= contention();
+    passed &= keyed_table();
     finish(passed);
 }
 
@@ -330,6 +342,51 @@ fn contention() -> bool {
     );
     let ok = never_exceeded && all_handed_out && contended && monotonic;
     hprintln!("contention: {}", verdict(ok));
+    ok
+}
+
+/// Four CAN ids fill the table's four slots, each with its own burst; a fifth id is refused while
+/// every bucket is in use, and takes the slot of a bucket that has refilled (a full bucket is the
+/// same as an absent one, so evicting it changes no decision).
+fn keyed_table() -> bool {
+    hprintln!();
+    hprintln!(
+        "== Per CAN id: a table of {} slots, {} each",
+        PER_ID.capacity(),
+        PER_ID.quota()
+    );
+    let mut ok = true;
+    for id in [0x100u16, 0x101, 0x102, 0x103] {
+        let burst = PER_ID.try_acquire(id, 2);
+        let third = PER_ID.try_acquire(id, 1);
+        let fine =
+            burst.is_ok() && matches!(third, Err(KeyedDenied::Denied(Denied::Insufficient { .. })));
+        hprintln!(
+            "id {:#x}: two at once, the third denied: {}",
+            id,
+            verdict(fine)
+        );
+        ok &= fine;
+    }
+    let newcomer = PER_ID.try_acquire(0x200, 1);
+    let fine = newcomer == Err(KeyedDenied::Full { capacity: 4 });
+    hprintln!(
+        "id 0x200 while every bucket is in use: {:?}: {}",
+        newcomer,
+        verdict(fine)
+    );
+    ok &= fine;
+    // 200 ms later every bucket has refilled: one of them gives its slot to the newcomer.
+    SysTickDelay.delay_ms(200);
+    let newcomer = PER_ID.try_acquire(0x200, 1);
+    let fine = newcomer.is_ok() && PER_ID.len() == 4;
+    hprintln!(
+        "id 0x200 once the buckets refilled: {:?}: {}",
+        newcomer,
+        verdict(fine)
+    );
+    ok &= fine;
+    hprintln!("keyed table: {}", verdict(ok));
     ok
 }
 
