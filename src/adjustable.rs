@@ -209,7 +209,7 @@ impl<C: Clock> AdjustableBucket<C> {
         let now = self.clock.now();
         self.update(
             |p, word, now_units| {
-                let cost = cost(p, n)?;
+                let cost = p.cost(n)?;
                 match p.take(word, now_units, cost, 0) {
                     Ok((word, _)) => Ok((word, ())),
                     Err(short) => Err(Denied::Insufficient {
@@ -352,13 +352,6 @@ impl<C: Clock> AdjustableBucket<C> {
 
 fn generation(state: u64) -> u32 {
     (state >> 32) as u32
-}
-
-fn cost(p: &Params, n: u32) -> Result<u64, Denied> {
-    if u64::from(n) > p.burst {
-        return Err(Denied::ExceedsCapacity { burst: p.burst });
-    }
-    Ok(u64::from(n) * p.units_per_token.get())
 }
 
 fn max_pause_ticks(p: &Params) -> u64 {

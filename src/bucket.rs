@@ -204,25 +204,16 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
         if n == 0 {
             return Ok(());
         }
-        let cost = self.cost(n)?;
-        let now = self.clock.now();
-        let p = &self.params;
-        self.update(now, |word, now_units| {
-            match p.take(word, now_units, cost, 0) {
-                Ok((word, _)) => Ok((word, ())),
-                Err(short) => Err(Denied::Insufficient {
-                    retry_after: ticks_to_duration_ceil::<C>(p.ticks_until(now, short)),
-                }),
-            }
-        })
+        let cost = self.params.cost(n)?;
+        self.cell().try_take::<C>(self.clock.now(), cost)
     }
 
     /// Takes `n` tokens now for use when they have accrued, if that is within `max_wait`.
     ///
     /// Reservations queue in arrival order: each runs the bucket further into debt and is due
     /// when that debt is paid. (After a [`cancel`](Self::cancel) gives tokens back, a new
-    /// reservation may be due before an older one: it fills the gap the cancelled one left.) If the wait would exceed `max_wait`, nothing is taken and
-    /// `retry_after` says when the same call would succeed. Debt is bounded by the word (decades
+    /// reservation may be due before an older one: it fills the gap the cancelled one left.)
+    /// If the wait would exceed `max_wait`, nothing is taken and `retry_after` says when the same call would succeed. Debt is bounded by the word (decades
     /// on the 64-bit word), so even `max_wait = Duration::MAX` cannot wrap it.
     ///
     /// ```
@@ -247,7 +238,7 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
                 wait: Duration::ZERO,
             });
         }
-        let cost = self.cost(n)?;
+        let cost = self.params.cost(n)?;
         let max_wait_ticks = duration_to_ticks_floor::<C>(max_wait);
         let p = &self.params;
         self.update(now, |word, now_units| {
@@ -296,7 +287,7 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
         if reservation.tokens == 0 {
             return;
         }
-        let Ok(cost) = self.cost(reservation.tokens) else {
+        let Ok(cost) = self.params.cost(reservation.tokens) else {
             return;
         };
         let p = &self.params;
@@ -322,18 +313,9 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
     /// the Redis bucket reports it like the script does.
     #[cfg(feature = "redis")]
     pub(crate) fn until_full(&self) -> Duration {
-        let p = &self.params;
-        let word = W::load(&self.word);
         let now = self.clock.now();
-        let full = p.burst_units as i64;
-        let level = if word == p.unused {
-            self.quota.start_fill() as i64 * p.units_per_token.get() as i64
-        } else {
-            p.elapsed(p.units_at(now), word).min(full)
-        };
-        // A clock stepped far back reads as deep debt: widen before subtracting.
-        let missing = (full as i128 - level as i128).clamp(0, u64::MAX as i128) as u64;
-        ticks_to_duration_ceil::<C>(p.ticks_until(now, missing))
+        let ticks = self.params.ticks_to_full(W::load(&self.word), now);
+        ticks_to_duration_ceil::<C>(ticks)
     }
 
     /// Keeps an idle bucket readable for another [`idle_horizon`](Self::idle_horizon): a full
@@ -419,17 +401,6 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
         self
     }
 
-    /// The cost of `n` tokens in units, or `ExceedsCapacity`.
-    #[inline]
-    fn cost(&self, n: u32) -> Result<u64, Denied> {
-        let p = &self.params;
-        if n as u64 > p.burst {
-            return Err(Denied::ExceedsCapacity { burst: p.burst });
-        }
-        // n <= burst and burst × units_per_token < 2^62: no overflow.
-        Ok(n as u64 * p.units_per_token.get())
-    }
-
     /// The bucket's word and parameters, for the CAS driver.
     #[inline]
     pub(crate) fn cell(&self) -> WordCell<'_, W> {
@@ -463,6 +434,25 @@ pub(crate) struct WordCell<'a, W: Word> {
 }
 
 impl<'a, W: Word> WordCell<'a, W> {
+    /// Takes `cost` units at `now_ticks` without debt, or says how long until it could: the
+    /// whole of `try_acquire`, on any word.
+    #[inline]
+    pub(crate) fn try_take<C: Clock + ?Sized>(
+        &self,
+        now_ticks: u64,
+        cost: u64,
+    ) -> Result<(), Denied> {
+        let p = self.params;
+        self.update(now_ticks, |word, now_units| {
+            match p.take(word, now_units, cost, 0) {
+                Ok((word, _)) => Ok((word, ())),
+                Err(short) => Err(Denied::Insufficient {
+                    retry_after: ticks_to_duration_ceil::<C>(p.ticks_until(now_ticks, short)),
+                }),
+            }
+        })
+    }
+
     /// The CAS driver over `word`, laid out by `params`.
     #[inline]
     pub(crate) fn new(word: &'a W::Atomic, params: &'a Params) -> Self {
@@ -561,6 +551,18 @@ mod tests {
             }
             assert_eq!(got, granted, "{quota}");
         }
+    }
+
+    #[test]
+    fn units_to_full_holds_a_clock_stepped_back_half_the_word() {
+        let p =
+            Params::solve(&Quota::new(Rate::per_second(1)).burst(3), 1_000_000_000, 64).unwrap();
+        let word = 1_000u64;
+        let now_units = word.wrapping_add(p.half); // reads as 2^63 units ahead
+        assert_eq!(p.elapsed(now_units, word), i64::MIN);
+        let missing = p.units_to_full(word, now_units);
+        assert_eq!(missing as u128, p.burst_units as u128 + (1u128 << 63));
+        assert_eq!(p.units_to_full(p.unused, now_units), 0); // starts full
     }
 
     #[test]

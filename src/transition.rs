@@ -9,6 +9,7 @@
 //! construction: the burst and the debt bound each fit in a quarter of the word.
 
 use crate::params::Params;
+use crate::Denied;
 
 impl Params {
     /// The clock reading in units, read to the quantum.
@@ -91,6 +92,38 @@ impl Params {
             .wrapping_add(quanta)
             .wrapping_shl(self.shift);
         due.wrapping_sub(now_ticks)
+    }
+
+    /// The cost of `n` tokens in units, or `ExceedsCapacity`.
+    #[inline]
+    pub(crate) fn cost(&self, n: u32) -> Result<u64, Denied> {
+        if u64::from(n) > self.burst {
+            return Err(Denied::ExceedsCapacity { burst: self.burst });
+        }
+        // n <= burst and burst × units_per_token < 2^62: no overflow.
+        Ok(u64::from(n) * self.units_per_token.get())
+    }
+
+    /// Units the bucket lacks at `now_units` to be full; 0 when it is full. A never-used word
+    /// holds its start fill.
+    #[cfg(any(feature = "std", feature = "heapless"))]
+    #[inline]
+    pub(crate) fn units_to_full(&self, word: u64, now_units: u64) -> u64 {
+        if word == self.unused {
+            return self.burst_units - self.start_units;
+        }
+        // burst - level < 2^62 + 2^63 even for a clock stepped far back: it fits in a u64.
+        (self.burst_units as i64).wrapping_sub(self.level(word, now_units)) as u64
+    }
+
+    /// Ticks from `now_ticks` until the bucket in `word` is full.
+    #[cfg(feature = "std")]
+    #[inline]
+    pub(crate) fn ticks_to_full(&self, word: u64, now_ticks: u64) -> u64 {
+        self.ticks_until(
+            now_ticks,
+            self.units_to_full(word, self.units_at(now_ticks)),
+        )
     }
 
     /// Units in the bucket at `now_units`, at most the burst.

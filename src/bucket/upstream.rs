@@ -150,7 +150,7 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
         if n == 0 {
             return Ok(Duration::ZERO);
         }
-        let cost = self.cost(n)?;
+        let cost = self.params.cost(n)?;
         let p = &self.params;
         let now = self.clock.now();
         let word = W::load(&self.word);

@@ -8,7 +8,7 @@ use std::vec::Vec;
 
 use hashbrown::HashTable;
 
-use super::{acquire, cost, is_full, ticks_to_full, KeyedDenied, WhenFull};
+use super::{is_full, KeyedDenied, WhenFull};
 use crate::bucket::WordCell;
 use crate::clock::Clock;
 use crate::params::Params;
@@ -163,14 +163,15 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word> KeyedLimiter<K, C, W> {
             return Ok(());
         }
         let p = &self.params;
-        let cost = cost(p, n)?;
+        let cost = p.cost(n)?;
         let hash = self.hasher.hash_one(key);
         let shard = self.shard(hash);
         let now = self.clock.now();
         {
             let entries = read(shard);
             if let Some((_, word)) = entries.table.find(hash, |(k, _)| k == key) {
-                return acquire::<C, W>(WordCell::new(word, p), now, cost)
+                return WordCell::<W>::new(word, p)
+                    .try_take::<C>(now, cost)
                     .map_err(KeyedDenied::from);
             }
         }
@@ -250,7 +251,7 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word> KeyedLimiter<K, C, W> {
         let hash = self.hasher.hash_one(key);
         let entries = read(self.shard(hash));
         match entries.table.find(hash, |(k, _)| k == key) {
-            Some((_, word)) => ticks_to_full(p, W::load(word), self.clock.now()),
+            Some((_, word)) => p.ticks_to_full(W::load(word), self.clock.now()),
             None => 0,
         }
     }
@@ -282,7 +283,9 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word> KeyedLimiter<K, C, W> {
         let mut entries = write(shard);
         if let Some((_, word)) = entries.table.find(hash, |(k, _)| k == key) {
             // Added by another thread since the read lock was dropped.
-            return acquire::<C, W>(WordCell::new(word, p), now, cost).map_err(KeyedDenied::from);
+            return WordCell::<W>::new(word, p)
+                .try_take::<C>(now, cost)
+                .map_err(KeyedDenied::from);
         }
         if entries.table.len() >= shard.share {
             let sweep_due = entries.next_full_ticks.map_or(true, |at| reached(now, at));
@@ -301,7 +304,7 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word> KeyedLimiter<K, C, W> {
                     hasher.hash_one(k)
                 });
         let word = &entry.get().1;
-        let result = acquire::<C, W>(WordCell::new(word, p), now, cost);
+        let result = WordCell::<W>::new(word, p).try_take::<C>(now, cost);
         result.map_err(KeyedDenied::from)
     }
 }
@@ -325,7 +328,7 @@ where
         if is_full(p, word, now_units) {
             return false;
         }
-        to_full_ticks.push(ticks_to_full(p, word, now));
+        to_full_ticks.push(p.ticks_to_full(word, now));
         true
     });
     // Not again until a sixteenth of what is left is full: a flood against a shard at its share

@@ -16,10 +16,7 @@
 use core::fmt;
 use core::time::Duration;
 
-use crate::bucket::WordCell;
-use crate::clock::{ticks_to_duration_ceil, Clock};
 use crate::params::Params;
-use crate::word::Word;
 use crate::Denied;
 
 #[cfg(feature = "std")]
@@ -100,61 +97,15 @@ impl fmt::Display for KeyedDenied {
 
 impl core::error::Error for KeyedDenied {}
 
-/// The cost of `n` tokens in units, or `ExceedsCapacity`.
-#[inline]
-pub(crate) fn cost(p: &Params, n: u32) -> Result<u64, Denied> {
-    if n as u64 > p.burst {
-        return Err(Denied::ExceedsCapacity { burst: p.burst });
-    }
-    // n <= burst and burst × units_per_token < 2^62: no overflow.
-    Ok(n as u64 * p.units_per_token.get())
-}
-
-/// Takes `cost` units from one word at `now_ticks`: `try_acquire` on a cell.
-#[inline]
-pub(crate) fn acquire<C: Clock + ?Sized, W: Word>(
-    cell: WordCell<'_, W>,
-    now_ticks: u64,
-    cost: u64,
-) -> Result<(), Denied> {
-    let p = cell.params;
-    cell.update(now_ticks, |word, now_units| {
-        match p.take(word, now_units, cost, 0) {
-            Ok((word, _)) => Ok((word, ())),
-            Err(short) => Err(Denied::Insufficient {
-                retry_after: ticks_to_duration_ceil::<C>(p.ticks_until(now_ticks, short)),
-            }),
-        }
-    })
-}
-
-/// Units the bucket in `word` lacks at `now_units` to be full; 0 when it is full.
-#[inline]
-pub(crate) fn units_to_full(p: &Params, word: u64, now_units: u64) -> u64 {
-    if word == p.unused {
-        return p.burst_units - p.start_units;
-    }
-    let full = p.burst_units as i64;
-    // The level is at least minus the debt bound, so the difference fits below 2^63.
-    (full - p.elapsed(now_units, word).min(full)) as u64
-}
-
 /// Whether the bucket in `word` is full at `now_units`: the same as no bucket at all.
 #[inline]
 pub(crate) fn is_full(p: &Params, word: u64, now_units: u64) -> bool {
-    units_to_full(p, word, now_units) == 0
-}
-
-/// Ticks from `now_ticks` until the bucket in `word` is full.
-#[cfg(feature = "std")]
-#[inline]
-pub(crate) fn ticks_to_full(p: &Params, word: u64, now_ticks: u64) -> u64 {
-    p.ticks_until(now_ticks, units_to_full(p, word, p.units_at(now_ticks)))
+    p.units_to_full(word, now_units) == 0
 }
 
 /// Puts a word back to the never-used mark. Only for a word that no other context is updating.
 #[cfg(all(feature = "heapless", not(loom)))]
-pub(crate) fn reset<W: Word>(cell: &W::Atomic, unused: u64) {
+pub(crate) fn reset<W: crate::word::Word>(cell: &W::Atomic, unused: u64) {
     let mut current = W::load(cell);
     while let Err(actual) = W::compare_exchange(cell, current, unused) {
         current = actual;

@@ -4,7 +4,7 @@ use core::cell::RefCell;
 
 use critical_section::Mutex;
 
-use super::{acquire, cost, is_full, reset, KeyedDenied, WhenFull};
+use super::{is_full, reset, KeyedDenied, WhenFull};
 use crate::bucket::WordCell;
 use crate::clock::Clock;
 use crate::params::Params;
@@ -99,13 +99,13 @@ impl<K: Eq, C: Clock, const N: usize, W: Word> KeyedTable<K, C, N, W> {
             return Ok(());
         }
         let p = &self.params;
-        let cost = cost(p, n)?;
+        let cost = p.cost(n)?;
         let now = self.clock.now();
         let Some(slot) = self.enter(key, p.units_at(now)) else {
             return self.when_full.outcome(N);
         };
         let cell = WordCell::<W>::new(&self.words[slot], p);
-        let result = acquire::<C, W>(cell, now, cost);
+        let result = cell.try_take::<C>(now, cost);
         // Release: this call's update happens before an evictor's Acquire read of the count.
         self.users[slot].fetch_sub(1, Ordering::Release);
         result.map_err(KeyedDenied::from)

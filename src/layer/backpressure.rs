@@ -13,7 +13,6 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use super::{BoxError, RateLimited, ResponseFuture};
-use crate::keyed::ticks_to_full;
 use crate::{Clock, DefaultWord, Denied, KeyedDenied, TokenBucket, Word};
 
 /// Wraps services in [`Backpressure`]: each waits in `poll_ready` for its turn on one shared
@@ -166,7 +165,9 @@ where
 impl<S, C: Clock, W: Word> Backpressure<S, C, W> {
     fn refusal(&self, denied: Denied) -> RateLimited {
         let cell = self.bucket.cell();
-        let to_full = ticks_to_full(cell.params, W::load(cell.word), self.bucket.clock().now());
+        let to_full = cell
+            .params
+            .ticks_to_full(W::load(cell.word), self.bucket.clock().now());
         RateLimited::new::<C>(KeyedDenied::Denied(denied), cell.params, to_full)
     }
 }

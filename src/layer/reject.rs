@@ -8,7 +8,6 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use super::{BoxError, RateLimited, ResponseFuture};
-use crate::keyed::ticks_to_full;
 use crate::{Clock, KeyedDenied, KeyedLimiter, TokenBucket, Word};
 
 /// A limit that a request either passes, taking one token, or not.
@@ -22,7 +21,7 @@ impl<Req, C: Clock, W: Word> Limit<Req> for TokenBucket<C, W> {
         self.try_acquire(1).map_err(|denied| {
             let cell = self.cell();
             let now = self.clock().now();
-            let to_full = ticks_to_full(cell.params, W::load(cell.word), now);
+            let to_full = cell.params.ticks_to_full(W::load(cell.word), now);
             RateLimited::new::<C>(KeyedDenied::Denied(denied), cell.params, to_full)
         })
     }
