@@ -242,23 +242,11 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
         let max_wait_ticks = duration_to_ticks_floor::<C>(max_wait);
         let p = &self.params;
         self.update(now, |word, now_units| {
-            let (due_units, wait_ticks) = match p.take(word, now_units, cost, p.max_debt_units) {
-                Ok((word, debt)) => (word, p.ticks_until(now, debt)),
-                Err(beyond) => {
-                    let wait = p.ticks_until(now, beyond + p.max_debt_units);
-                    let retry = p
-                        .ticks_until(now, beyond)
-                        .max(wait.saturating_sub(max_wait_ticks));
-                    return Err(Denied::Insufficient {
-                        retry_after: ticks_to_duration_ceil::<C>(retry),
-                    });
-                }
-            };
-            if wait_ticks > max_wait_ticks {
-                return Err(Denied::Insufficient {
-                    retry_after: ticks_to_duration_ceil::<C>(wait_ticks - max_wait_ticks),
-                });
-            }
+            let (due_units, wait_ticks) = p
+                .reserve(word, now, now_units, cost, max_wait_ticks)
+                .map_err(|retry| Denied::Insufficient {
+                    retry_after: ticks_to_duration_ceil::<C>(retry),
+                })?;
             let reservation = Reservation {
                 tokens: n,
                 due_units,

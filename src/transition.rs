@@ -52,6 +52,36 @@ impl Params {
         Ok((self.keep(self.add(now_units, short)), short))
     }
 
+    /// Reserves `cost` units at `now_ticks` (`now_units` in units) if they fall due within
+    /// `max_wait_ticks`:
+    /// `Ok((new word, ticks until due))`, or `Err(ticks until the same call would succeed)`.
+    /// Debt never goes past the bound, whatever `max_wait_ticks` allows.
+    #[inline]
+    pub(crate) fn reserve(
+        &self,
+        word: u64,
+        now_ticks: u64,
+        now_units: u64,
+        cost: u64,
+        max_wait_ticks: u64,
+    ) -> Result<(u64, u64), u64> {
+        match self.take(word, now_units, cost, self.max_debt_units) {
+            Ok((word, debt)) => {
+                let wait = self.ticks_until(now_ticks, debt);
+                if wait > max_wait_ticks {
+                    return Err(wait - max_wait_ticks);
+                }
+                Ok((word, wait))
+            }
+            Err(beyond) => {
+                let wait = self.ticks_until(now_ticks, beyond + self.max_debt_units);
+                Err(self
+                    .ticks_until(now_ticks, beyond)
+                    .max(wait.saturating_sub(max_wait_ticks)))
+            }
+        }
+    }
+
     /// Gives back a reservation of `cost` units that falls due at `due`: all of it, less the
     /// units reserved after it, and nothing once it is due (Go's `CancelAt` rule).
     #[inline]

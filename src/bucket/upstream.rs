@@ -153,26 +153,21 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
         let cost = self.params.cost(n)?;
         let p = &self.params;
         let now = self.clock.now();
-        let word = W::load(&self.word);
+        let now_units = p.units_at(now);
+        let mut word = W::load(&self.word);
         if word == p.unused {
             // Not used yet: it would start at its start fill now.
-            let short = cost.saturating_sub(p.start_units);
-            return Ok(self.beyond(now, short, max_wait));
+            word = p.fresh(now_units);
         }
-        let now_units = p.units_at(now);
-        match p.take(word, now_units, cost, p.max_debt_units) {
-            Ok((_, debt)) => Ok(self.beyond(now, debt, max_wait)),
-            // Beyond the debt bound: no max_wait helps until `beyond` units have accrued.
-            Err(beyond) => Ok(self
-                .beyond(now, beyond + p.max_debt_units, max_wait)
-                .max(ticks_to_duration_ceil::<C>(p.ticks_until(now, beyond)))),
-        }
-    }
-
-    /// The part of the wait for `short_units` beyond `max_wait`.
-    fn beyond(&self, now: u64, short_units: u64, max_wait: Duration) -> Duration {
-        let wait = self.params.ticks_until(now, short_units);
-        let over = wait.saturating_sub(duration_to_ticks_floor::<C>(max_wait));
-        ticks_to_duration_ceil::<C>(over)
+        let retry = p
+            .reserve(
+                word,
+                now,
+                now_units,
+                cost,
+                duration_to_ticks_floor::<C>(max_wait),
+            )
+            .map_or_else(|retry| retry, |_| 0);
+        Ok(ticks_to_duration_ceil::<C>(retry))
     }
 }
