@@ -3,17 +3,18 @@
 use core::num::NonZeroU64;
 use core::time::Duration;
 
-use crate::clock::{duration_to_ticks_floor, ticks_to_duration_ceil, Clock};
+use crate::bucket::pause_ticks_for;
+use crate::clock::{ticks_to_duration_ceil, Clock};
 use crate::params::Params;
 use crate::sync::{fence, spin_loop, AtomicBool, AtomicU64, Ordering};
-use crate::{ConfigError, Denied, Quota};
+use crate::{ConfigError, Denied, Pause, Quota, TickRate};
 
 /// The low half of the state: the bucket's word, on the 32-bit layout.
 const WORD_MASK: u64 = 0xFFFF_FFFF;
 /// Set in a slot's version when it holds a generation's parameters.
 const VALID: u64 = 1 << 32;
 /// Parameters packed into a slot.
-const FIELDS: usize = 14;
+const FIELDS: usize = 15;
 
 /// A token bucket whose rate and burst can change while other threads acquire
 /// ([`set_quota`](Self::set_quota)), with no lock on the acquire path.
@@ -152,7 +153,7 @@ fn pack(p: &Params) -> [u64; FIELDS] {
         p.units_per_quantum.get(),
         p.units_mask,
         p.modulus,
-        p.half,
+        p.negative_from,
         p.units_per_token.get(),
         p.burst,
         p.burst_units,
@@ -161,6 +162,7 @@ fn pack(p: &Params) -> [u64; FIELDS] {
         p.horizon_ticks,
         p.unused,
         u64::from(p.exact),
+        u64::from(p.fraction_bits),
     ]
 }
 
@@ -171,7 +173,7 @@ fn unpack(f: &[u64; FIELDS]) -> Option<Params> {
         units_per_quantum: NonZeroU64::new(f[2])?,
         units_mask: f[3],
         modulus: f[4],
-        half: f[5],
+        negative_from: f[5],
         units_per_token: NonZeroU64::new(f[6])?,
         burst: f[7],
         burst_units: f[8],
@@ -180,6 +182,7 @@ fn unpack(f: &[u64; FIELDS]) -> Option<Params> {
         horizon_ticks: f[11],
         unused: f[12],
         exact: f[13] != 0,
+        fraction_bits: u32::try_from(f[14]).ok()?,
     })
 }
 
@@ -187,7 +190,7 @@ impl<C: Clock> AdjustableBucket<C> {
     /// A bucket for `quota` on the 32-bit layout. Reads the clock and applies the start fill
     /// now.
     pub fn try_new(quota: Quota, clock: C) -> Result<Self, ConfigError> {
-        let params = Params::solve(&quota, C::TICKS_PER_SECOND, 32)?;
+        let params = Params::solve_deep32(&quota, C::TICKS_PER_SECOND)?;
         let slots = [Slot::empty(), Slot::empty()];
         slots[0].write(0, &params);
         let word = params.fresh(params.units_at(clock.now()));
@@ -222,32 +225,29 @@ impl<C: Clock> AdjustableBucket<C> {
     }
 
     /// Grants nothing for `duration`, then resumes empty: as
-    /// [`TokenBucket::pause_for`](crate::TokenBucket::pause_for), clamped to
-    /// [`max_pause`](Self::max_pause). Returns how long from now until it resumes.
-    pub fn pause_for(&self, duration: Duration) -> Duration {
+    /// [`TokenBucket::pause_for`](crate::TokenBucket::pause_for), rounded up, clamped to
+    /// [`max_pause`](Self::max_pause).
+    pub fn pause_for(&self, duration: Duration) -> Pause {
         let now = self.clock.now();
-        let ticks = duration_to_ticks_floor::<C>(duration);
-        let debt = self.update(
+        let ticks = pause_ticks_for::<C>(duration);
+        let mut used = None;
+        let outcome = self.update(
             |p, word, now_units| {
-                let ticks = ticks.min(max_pause_ticks(p));
-                let pause_units = p
-                    .elapsed(p.units_at(now.wrapping_add(ticks)), now_units)
-                    .max(0) as u64;
-                match p.paused(word, now_units, pause_units) {
-                    Some(new) => Ok((new, p.ticks_until(now, pause_units))),
-                    None => Err(p.ticks_until(now, p.debt(word, now_units))),
-                }
+                used = Some(*p);
+                p.paused_for(word, now, now_units, ticks)
+                    .map(|word| (word, ()))
             },
             now,
         );
-        ticks_to_duration_ceil::<C>(debt.unwrap_or_else(|ticks| ticks))
+        let p = used.unwrap_or_else(|| self.current().1);
+        p.pause_answer::<C>(now, ticks, outcome)
     }
 
     /// Changes the rate and the burst, safe while other threads acquire. The tokens in the
     /// bucket are kept as they are, capped by the new burst; the start fill of `quota` is not
     /// used. A quota this clock cannot hold, or another change in progress, changes nothing.
     pub fn set_quota(&self, quota: Quota) -> Result<(), SetQuotaError> {
-        let to = Params::solve(&quota, C::TICKS_PER_SECOND, 32)?;
+        let to = Params::solve_deep32(&quota, C::TICKS_PER_SECOND)?;
         // Acquire: sees the slot and state the previous change published.
         if self
             .changing
@@ -292,7 +292,35 @@ impl<C: Clock> AdjustableBucket<C> {
 
     /// The longest pause the current layout holds.
     pub fn max_pause(&self) -> Duration {
-        ticks_to_duration_ceil::<C>(max_pause_ticks(&self.current().1))
+        ticks_to_duration_ceil::<C>(self.current().1.max_pause_ticks())
+    }
+
+    /// How long the bucket may go untouched and still read exactly, under the current quota:
+    /// as [`TokenBucket::idle_horizon`](crate::TokenBucket::idle_horizon) on the 32-bit word.
+    pub fn idle_horizon(&self) -> Duration {
+        self.current().1.idle_horizon::<C>()
+    }
+
+    /// The resolution to which the bucket reads its clock under the current quota: as
+    /// [`TokenBucket::resolution`](crate::TokenBucket::resolution).
+    pub fn resolution(&self) -> Duration {
+        self.current().1.resolution::<C>()
+    }
+
+    /// [`resolution`](Self::resolution) in clock ticks.
+    pub fn resolution_ticks(&self) -> u64 {
+        self.current().1.resolution_ticks()
+    }
+
+    /// The rate the bucket enforces under the current quota: as
+    /// [`TokenBucket::tick_rate`](crate::TokenBucket::tick_rate).
+    pub fn tick_rate(&self) -> TickRate {
+        TickRate::of(&self.current().1)
+    }
+
+    /// Whether [`tick_rate`](Self::tick_rate) is the current quota's rate exactly.
+    pub fn is_exact(&self) -> bool {
+        self.current().1.is_exact()
     }
 
     /// Keeps an idle bucket readable for another idle horizon, as
@@ -352,10 +380,4 @@ impl<C: Clock> AdjustableBucket<C> {
 
 fn generation(state: u64) -> u32 {
     (state >> 32) as u32
-}
-
-fn max_pause_ticks(p: &Params) -> u64 {
-    (p.max_debt_units / p.units_per_quantum)
-        .checked_shl(p.shift)
-        .unwrap_or(u64::MAX)
 }

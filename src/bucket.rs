@@ -9,6 +9,8 @@ use crate::word::{DefaultWord, Word};
 use crate::{ConfigError, Denied, Quota};
 
 mod upstream;
+#[cfg(any(loom, target_has_atomic = "64"))]
+pub(crate) use upstream::pause_ticks_for;
 pub use upstream::Pause;
 
 /// A lock-free token bucket whose whole state is one atomic word.
@@ -85,6 +87,8 @@ pub struct Reservation {
     due_units: u64,
     /// The clock tick at which it is due.
     due_ticks: u64,
+    /// The clock tick at which it was made.
+    made_ticks: u64,
     wait: Duration,
 }
 
@@ -95,6 +99,13 @@ pub struct TickRate {
     pub tokens: u64,
     /// The period, in clock ticks.
     pub ticks: u128,
+}
+
+impl TickRate {
+    pub(crate) fn of(params: &Params) -> Self {
+        let (tokens, ticks) = params.tick_rate();
+        TickRate { tokens, ticks }
+    }
 }
 
 impl Reservation {
@@ -235,6 +246,7 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
                 tokens: 0,
                 due_units: 0,
                 due_ticks: now,
+                made_ticks: now,
                 wait: Duration::ZERO,
             });
         }
@@ -251,25 +263,37 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
                 tokens: n,
                 due_units,
                 due_ticks: now.wrapping_add(wait_ticks),
+                made_ticks: now,
                 wait: ticks_to_duration_ceil::<C>(wait_ticks),
             };
             Ok((due_units, reservation))
         })
     }
 
-    /// Gives a reservation's tokens back: all of them, less those that reservations made after
-    /// it have already counted on, and none once it is due (the rule of Go's `CancelAt`). Never
-    /// gives back more than was taken, and never fills the bucket beyond its burst.
+    /// Gives a reservation's tokens back, if it is not yet due and nothing has been reserved,
+    /// paused or taken after it: then all of them, capped by the burst. Otherwise nothing, as a
+    /// reservation that is due (the caller is taken to have acted) gives nothing back.
+    ///
+    /// This is stricter than Go's `CancelAt`, which also gives back the part that later
+    /// reservations did not count on: the word cannot tell those from a pause, and giving back
+    /// into a pause would grant during it. Nothing is given back either once the clock reads
+    /// before the instant the reservation was made (it stepped back: the caller may have acted
+    /// already). The waits ([`acquire`](Self::acquire_blocking) and kin) do not reserve ahead,
+    /// so a wait given up never strands tokens; this rule concerns explicit reservations only.
     ///
     /// Pass only reservations made by this bucket.
     pub fn cancel(&self, reservation: Reservation) {
-        self.give_back_by(reservation, Params::give_back);
+        self.give_back_by(reservation, true, Params::give_back);
     }
 
-    /// Gives a reservation's tokens back by `rule(params, word, now_units, due, cost)`.
+    /// Gives a reservation's tokens back by `rule(params, word, now_units, due, cost)`, if the
+    /// clock reads at or after the instant it was made and, when `pending_only`, before the
+    /// instant it is due, on ticks (so that neither a word that wrapped nor a clock stepped back
+    /// can make a reservation that was due look pending).
     pub(crate) fn give_back_by(
         &self,
         reservation: Reservation,
+        pending_only: bool,
         rule: impl Fn(&Params, u64, u64, u64, u64) -> Option<u64>,
     ) {
         if reservation.tokens == 0 {
@@ -278,9 +302,16 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
         let Ok(cost) = self.params.cost(reservation.tokens) else {
             return;
         };
+        let now = self.clock.now();
+        // Signed differences on ticks: 2^63 ticks is centuries on any clock up to 10 GHz.
+        let since_made = now.wrapping_sub(reservation.made_ticks) as i64;
+        let until_due = reservation.due_ticks.wrapping_sub(now) as i64;
+        if since_made < 0 || (pending_only && until_due <= 0) {
+            return;
+        }
         let p = &self.params;
         let due = reservation.due_units;
-        let _nothing_to_give_back = self.update(self.clock.now(), |word, now_units| {
+        let _nothing_to_give_back = self.update(now, |word, now_units| {
             rule(p, word, now_units, due, cost)
                 .map(|word| (word, ()))
                 .ok_or(())
@@ -326,43 +357,44 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
         });
     }
 
-    /// How long the bucket may go untouched and still read correctly: at least a century on the
-    /// 64-bit word (a quarter of the clock's own range above 1.46 GHz); on the 32-bit word,
-    /// an hour where the rate and clock allow, and whatever they allow otherwise. An idle
-    /// bucket past its horizon reads as empty until it refills again, never as fuller; call
-    /// [`touch`](Self::touch) within it to avoid that.
+    /// How long the bucket may go untouched and still read exactly.
+    ///
+    /// On the 64-bit word at least a century (a quarter of the clock's own range above
+    /// 1.46 GHz, and at least a year for rates above about 3 × 10^9 per second on a nanosecond
+    /// clock). On the 32-bit word at least an hour for rates up to about 10^6 per second. Past
+    /// it, the 32-bit word reads full again for all but `2 · burst / 2^32` units of each turn
+    /// of its ring (under 0.8 % of idle lengths); in those it reads at most one burst in debt,
+    /// never fuller than it is, so the worst false wait is the time two bursts take to accrue.
+    /// Call [`touch`](Self::touch) within the horizon to read exactly always.
     pub fn idle_horizon(&self) -> Duration {
-        let ticks = self.params.horizon_ticks;
-        let per_second = C::TICKS_PER_SECOND;
-        let nanos = (ticks % per_second) as u128 * 1_000_000_000 / per_second as u128;
-        Duration::new(ticks / per_second, nanos as u32)
+        self.params.idle_horizon::<C>()
     }
 
-    /// The resolution to which the bucket reads its clock: one tick, or the power of two of
-    /// ticks that the word's layout needed (see the crate docs). Decisions are exact for the
-    /// clock read to this resolution.
+    /// The resolution to which the bucket reads its clock: the most time between two steps of
+    /// its reading. On the 64-bit word one tick, or the power of two of ticks that the word's
+    /// layout needed; on the 32-bit word one tick, or the time one unit of the word takes to
+    /// accrue where that is longer (see the crate docs). Decisions are exact for the clock read
+    /// to this resolution.
     pub fn resolution(&self) -> Duration {
-        ticks_to_duration_ceil::<C>(self.resolution_ticks())
+        self.params.resolution::<C>()
     }
 
-    /// [`resolution`](Self::resolution) in clock ticks: a power of two.
+    /// [`resolution`](Self::resolution) in clock ticks.
     pub fn resolution_ticks(&self) -> u64 {
-        1 << self.params.shift
+        self.params.resolution_ticks()
     }
 
     /// The rate this bucket enforces, exactly: [`TickRate::tokens`] every [`TickRate::ticks`]
     /// clock ticks.
     ///
-    /// It is the quota's rate, or — where the word cannot hold that rate exactly for a century
-    /// idle (549 637 per second on a nanosecond clock, say) — the closest rate below it that it
-    /// can hold, lower by less than one part in 2^20 (under one part per million, far inside any
-    /// clock crystal's tolerance). See [`is_exact`](Self::is_exact).
+    /// It is the quota's rate, or — where the word cannot hold that rate exactly (549 637 per
+    /// second on a nanosecond clock for a century, say) — the closest rate below it that it can
+    /// hold: lower by less than one part in 2^20 on the 64-bit word (under one part per million,
+    /// far inside any clock crystal's tolerance), and by less than one part in 10^3 on the
+    /// 32-bit word (in practice under one part per million there too). See
+    /// [`is_exact`](Self::is_exact).
     pub fn tick_rate(&self) -> TickRate {
-        let p = &self.params;
-        TickRate {
-            tokens: p.units_per_quantum.get(),
-            ticks: (p.units_per_token.get() as u128) << p.shift,
-        }
+        TickRate::of(&self.params)
     }
 
     /// Whether [`tick_rate`](Self::tick_rate) is the quota's rate exactly.
@@ -515,7 +547,7 @@ mod tests {
 
     #[test]
     fn the_bucket_is_small() {
-        assert_eq!(core::mem::size_of::<Reservation>(), 40);
+        assert_eq!(core::mem::size_of::<Reservation>(), 48);
         assert!(core::mem::size_of::<TokenBucket<ManualClock>>() <= 192);
     }
 
@@ -546,7 +578,7 @@ mod tests {
         let p =
             Params::solve(&Quota::new(Rate::per_second(1)).burst(3), 1_000_000_000, 64).unwrap();
         let word = 1_000u64;
-        let now_units = word.wrapping_add(p.half); // reads as 2^63 units ahead
+        let now_units = word.wrapping_add(p.negative_from); // reads as 2^63 units ahead
         assert_eq!(p.elapsed(now_units, word), i64::MIN);
         let missing = p.units_to_full(word, now_units);
         assert_eq!(missing as u128, p.burst_units as u128 + (1u128 << 63));

@@ -70,10 +70,15 @@ pub enum ConfigError {
     },
     /// The clock's `TICKS_PER_SECOND` is zero.
     ZeroClockFrequency,
-    /// The word cannot hold this rate and burst exactly on this clock: a century of idle time
-    /// (one hour for the 32-bit word) at this rate, or the burst itself, needs more distinct
-    /// instants than the word has. Count tokens in coarser units, or lower the burst.
+    /// The word cannot hold this rate and burst on this clock: a year of idle time at this rate
+    /// (the 64-bit word), a burst over 2^24 units (the 32-bit word), or a rate the word can only
+    /// hold rounded down by more than its bound needs more distinct instants than the word has.
+    /// Count tokens in coarser units, or lower the burst.
     Unrepresentable,
+    /// One step of the clock's reading accrues more tokens than a drained bucket can take in,
+    /// so the burst cap would eat part of the rate: a caller polling as fast as it likes would
+    /// get less than the rate. Raise the burst or use a finer clock.
+    ClockTooCoarse,
     /// A keyed limiter was asked to hold no keys.
     ZeroCapacity,
 }
@@ -102,6 +107,9 @@ impl ConfigError {
             ConfigError::ZeroClockFrequency => "clock has zero ticks per second",
             ConfigError::Unrepresentable => {
                 "rate and burst cannot be held exactly in the bucket's word on this clock; count tokens in coarser units or lower the burst"
+            }
+            ConfigError::ClockTooCoarse => {
+                "one tick of the clock accrues more tokens than the burst can take in; raise the burst or use a finer clock"
             }
             ConfigError::ZeroCapacity => "keyed limiter capacity is zero",
         }

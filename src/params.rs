@@ -1,30 +1,36 @@
 //! How a quota and a clock map onto the bucket's word: exact integer units, computed once.
 //!
-//! With `r = a / b` tokens per tick in lowest terms, time in the word is counted in *units*
-//! chosen so that both a token and a clock *quantum* (2^`shift` ticks) are whole numbers of
-//! units: a quantum is `A` units and a token `U` units, with `A / U = r · 2^shift` exactly. The
-//! word holds one instant in units, modulo `W`, compared as signed: the instant at which the
-//! bucket would be empty given every grant so far.
+//! Time in the word is counted in *units*, chosen so that a token is a whole number `U` of
+//! them. The word holds one instant in units, modulo `W`: the instant at which the bucket would
+//! be empty given every grant so far. A clock reading becomes units in one of two ways:
 //!
-//! The word must tell "elapsed" from "ahead" for as long as a bucket may sit idle, and it must
-//! stay consistent when a 64-bit clock wraps. Two layouts satisfy both:
+//! - **Quanta** (the 64-bit word): the clock is read to a *quantum* of 2^`shift` ticks and a
+//!   quantum is `A` units, with `A / U = rate · 2^shift` exactly (or rounded down by at most one
+//!   part in 2^20). With `shift = 0` and `W = 2^64` units are `ticks · A`, wrapping; with
+//!   `shift > 0`, `W = A · 2^k` and units are `((ticks >> shift) mod 2^k) · A`, so the clock's
+//!   wrap at 2^64 ticks is a whole number of `W`.
+//! - **Fixed point** (the 32-bit word): units are `floor(ticks · M / 2^32) mod 2^32`, the high
+//!   half of the wrapping 64-bit product, so a tick is `M / 2^32` units. `M` may be any integer,
+//!   so any rate is held with `U` small enough for an hour of instants in 32 bits, exact where
+//!   `U` can carry the rate's denominator and otherwise rounded down by under one part in 10^3
+//!   (in practice far less). The clock's wrap at 2^64 ticks is a whole number of `W` here too.
 //!
-//! - `shift = 0`, `W = 2^bits`: units are `ticks · A`, wrapping. Exact to the tick, and the
-//!   idle horizon is `2^(bits-1) / A` ticks.
-//! - `shift > 0`, `W = A · 2^k` with `k <= 64 - shift`: units are `((ticks >> shift) mod 2^k) · A`.
-//!   The clock's wrap at 2^64 ticks is a whole number of `W`, and the horizon is `2^(k-1)`
-//!   quanta, up to 2^63 ticks whatever `A` is. Decisions are exact for the clock read to the
-//!   quantum: the documented, bounded rounding (a decision may come up to one quantum later than
-//!   on the raw clock, never earlier).
+//! Differences of instants are read as signed, but not symmetrically: a difference at or above
+//! `negative_from` reads as negative (the bucket in debt, or the clock stepped back), anything
+//! below it as elapsed time. On the 64-bit word the split is at `W / 2`, so only an idle of more
+//! than a century misreads. On the 32-bit word the negative side is one burst of units and the
+//! burst itself is at most `W / 256`, so an idle of any length past the horizon reads full again
+//! except in `2 · burst / W` of the ring (under 0.8 %), where it reads at most one burst in debt.
 //!
-//! The solver takes the finest quantum whose horizon reaches the target: 100 years for the
-//! 64-bit word (or 2^62 ticks, a quarter of the clock's own range, for clocks above 1.46 GHz
-//! whose 64-bit counters cannot span a century), one hour for the 32-bit word. Where no exact
-//! layout reaches it, the 64-bit word rounds the rate down by at most one part in 2^20 (see
-//! `approximate`); the 32-bit word prefers exactness and takes the exact layout with the longest
-//! horizon, rounding only when no exact layout fits at all. Debt from reservations is bounded to
-//! a quarter of `W` and the burst must fit in
-//! another quarter, so no sequence of calls can wrap the word into a gift of tokens.
+//! The solver picks, for the 64-bit word, the finest exact layout whose horizon reaches 100
+//! years (or 2^62 ticks, a quarter of the clock's own range, for clocks above 1.46 GHz), then
+//! one rounded down by at most 2^-20, then — for rates above about 3 × 10^9 per second on a
+//! nanosecond clock — the exact layout with the longest horizon of at least a year. For the
+//! 32-bit word it picks the `U` that reads the clock to the tick (or as fine as an hour of
+//! horizon allows), a multiple of the rate's denominator where one fits. In every layout one
+//! step of the reading accrues no more than a drained bucket can take in, so the burst cap never
+//! eats the rate. Debt from reservations is bounded, so no sequence of calls can wrap the word
+//! into a gift of tokens.
 
 use core::num::NonZeroU64;
 
@@ -33,6 +39,14 @@ use crate::{ConfigError, Quota};
 
 /// 100 Julian years in seconds.
 const CENTURY_SECS: u128 = 100 * 31_557_600;
+/// One Julian year in seconds: the shortest horizon the 64-bit word accepts.
+const YEAR_SECS: u128 = 31_557_600;
+/// The 32-bit word's fixed-point fraction: units are the high half of `ticks · M`.
+const FIXED_FRACTION_BITS: u32 = 32;
+/// The 32-bit word's burst is at most `W >> BURST_SHARE_BITS` units.
+const BURST_SHARE_BITS: u32 = 8;
+/// The 32-bit word rounds a rate down by at most one part in this many.
+const FIXED_MAX_ROUNDING: u128 = 1_000;
 
 /// A bucket's configuration in the word's units.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,21 +55,25 @@ pub(crate) struct Params {
     pub shift: u32,
     /// Quanta are taken modulo `quanta_mask + 1`.
     pub quanta_mask: u64,
-    /// `A`: units in one quantum.
+    /// `A`: units in one quantum; in fixed point, `M`: units in one tick times 2^32.
     pub units_per_quantum: NonZeroU64,
+    /// 0 for quanta; 32 in fixed point, where units are the high half of `ticks · M`.
+    pub fraction_bits: u32,
     /// Units are taken modulo `units_mask + 1` after multiplying.
     pub units_mask: u64,
     /// `W`, the word's modulus; 0 stands for 2^64.
     pub modulus: u64,
-    /// `W / 2`: differences at or above it read as negative.
-    pub half: u64,
+    /// Differences at or above it read as negative: `W / 2` on the 64-bit word, `W - burst`
+    /// on the 32-bit word.
+    pub negative_from: u64,
     /// `U`: units in one token.
     pub units_per_token: NonZeroU64,
     /// The capacity in tokens.
     pub burst: u64,
-    /// The capacity in units, below `W / 4`.
+    /// The capacity in units.
     pub burst_units: u64,
-    /// The deepest debt reservations may run, in units: `W / 4`.
+    /// The deepest debt reservations and pauses may run, in units: `W / 4` on the 64-bit word,
+    /// one burst on the 32-bit word.
     pub max_debt_units: u64,
     /// The start fill in units.
     pub start_units: u64,
@@ -63,13 +81,13 @@ pub(crate) struct Params {
     pub horizon_ticks: u64,
     /// The never-used mark.
     pub unused: u64,
-    /// Whether `A / U` is the quota's rate exactly, rather than rounded down.
+    /// Whether the enforced rate is the quota's rate exactly, rather than rounded down.
     pub exact: bool,
 }
 
 impl Params {
-    /// Solves for the finest exact layout of `quota` on a clock of `ticks_per_second` in a word
-    /// of `bits` bits.
+    /// Solves for the layout of `quota` on a clock of `ticks_per_second` in a word of `bits`
+    /// bits (32 or 64).
     pub(crate) const fn solve(
         quota: &Quota,
         ticks_per_second: u64,
@@ -103,45 +121,78 @@ impl Params {
         let g = gcd(a0, b0);
         let (a, b) = (a0 / g, b0 / g);
 
-        let target_ticks = if bits == 64 {
-            let century = CENTURY_SECS * ticks_per_second as u128;
-            let clock_limit = 1u128 << 62;
-            if century < clock_limit {
-                century
-            } else {
-                clock_limit
-            }
-        } else {
-            3_600 * ticks_per_second as u128
-        };
+        // One tick is the finest step any layout reads; if it alone overfills a drained
+        // bucket, no layout keeps the rate.
+        if !step_fits(a, b, b * burst as u128) {
+            return Err(ConfigError::ClockTooCoarse);
+        }
 
+        if bits == 32 {
+            return match fixed_point(a, b, burst, start, ticks_per_second, false) {
+                Err(ConfigError::Unrepresentable) => {
+                    narrow_quanta(a, b, burst, start, ticks_per_second)
+                }
+                other => other,
+            };
+        }
+
+        let century = CENTURY_SECS * ticks_per_second as u128;
+        let clock_limit = 1u128 << 62;
+        let target_ticks = if century < clock_limit {
+            century
+        } else {
+            clock_limit
+        };
         if let Some(p) = first_layout(a, b, burst, start, bits, target_ticks, true) {
             return Ok(p);
         }
-        if bits == 64 {
-            return match first_layout(a, b, burst, start, bits, target_ticks, false) {
-                Some(p) => Ok(p),
-                None => Err(ConfigError::Unrepresentable),
-            };
+        if let Some(p) = first_layout(a, b, burst, start, bits, target_ticks, false) {
+            return Ok(p);
         }
-        // The 32-bit word prefers exactness to a long horizon: the exact layout with the longest
-        // horizon it can get, else the rate rounded down, and it reports the horizon.
-        let mut exact = true;
-        loop {
-            let mut target = target_ticks / 2;
-            while target > 0 {
-                if let Some(p) = first_layout(a, b, burst, start, bits, target, exact) {
-                    return Ok(p);
-                }
-                target /= 2;
-            }
-            if !exact {
-                return Err(ConfigError::Unrepresentable);
-            }
-            if let Some(p) = first_layout(a, b, burst, start, bits, target_ticks, false) {
+        // Rates too high for a century in 64 bits: the exact layout with the longest horizon,
+        // down to a year.
+        let year = YEAR_SECS * ticks_per_second as u128;
+        let mut target = target_ticks / 2;
+        while target >= year {
+            if let Some(p) = first_layout(a, b, burst, start, bits, target, true) {
                 return Ok(p);
             }
-            exact = false;
+            if let Some(p) = first_layout(a, b, burst, start, bits, target, false) {
+                return Ok(p);
+            }
+            target /= 2;
+        }
+        if let Some(p) = first_layout(a, b, burst, start, bits, year, true) {
+            return Ok(p);
+        }
+        Err(ConfigError::Unrepresentable)
+    }
+
+    /// The 32-bit layout with a deep debt window (a quarter of the word) instead of one burst:
+    /// for [`AdjustableBucket`](crate::AdjustableBucket), which pauses for as long as an
+    /// upstream asks and lives on hosts; past its horizon it reads as debt in about a quarter
+    /// of idle lengths instead of under one per cent.
+    #[cfg(any(loom, target_has_atomic = "64"))]
+    pub(crate) const fn solve_deep32(
+        quota: &Quota,
+        ticks_per_second: u64,
+    ) -> Result<Self, ConfigError> {
+        match Self::solve(quota, ticks_per_second, 32) {
+            Ok(p) => {
+                let rate = quota.rate();
+                let a0 = rate.tokens() as u128 * 1_000_000_000;
+                let b0 = rate.period_ns() as u128 * ticks_per_second as u128;
+                let g = gcd(a0, b0);
+                fixed_point(
+                    a0 / g,
+                    b0 / g,
+                    p.burst,
+                    quota.start_fill(),
+                    ticks_per_second,
+                    true,
+                )
+            }
+            Err(e) => Err(e),
         }
     }
 
@@ -150,11 +201,212 @@ impl Params {
         self.exact
     }
 
-    /// Ticks in one quantum.
-    #[cfg(test)]
-    pub(crate) fn quantum_ticks(&self) -> u64 {
-        1 << self.shift
+    /// The most ticks between two steps of the bucket's reading of its clock.
+    pub(crate) const fn resolution_ticks(&self) -> u64 {
+        if self.fraction_bits == 0 {
+            return 1 << self.shift;
+        }
+        // A unit is 2^32 / M ticks; rounded up, and at least one tick.
+        let m = self.units_per_quantum.get() as u128;
+        let ticks = (1u128 << self.fraction_bits).div_ceil(m);
+        if ticks > u64::MAX as u128 {
+            u64::MAX
+        } else if ticks == 0 {
+            1
+        } else {
+            ticks as u64
+        }
     }
+
+    /// The enforced rate: `(tokens, ticks)`, that many tokens every that many ticks.
+    pub(crate) const fn tick_rate(&self) -> (u64, u128) {
+        (
+            self.units_per_quantum.get(),
+            (self.units_per_token.get() as u128) << (self.shift + self.fraction_bits),
+        )
+    }
+
+    /// The most units one step of the reading adds.
+    pub(crate) const fn step_units(&self) -> u64 {
+        let a = self.units_per_quantum.get();
+        if self.fraction_bits == 0 {
+            a
+        } else {
+            // floor((t + 1) M / 2^f) - floor(t M / 2^f) <= ceil(M / 2^f)
+            let f = self.fraction_bits;
+            (a >> f) + (a & ((1 << f) - 1) != 0) as u64
+        }
+    }
+}
+
+/// What the layout reports through the buckets' accessors.
+impl Params {
+    /// How long the word stays readable without a write.
+    pub(crate) fn idle_horizon<C: crate::Clock + ?Sized>(&self) -> core::time::Duration {
+        let ticks = self.horizon_ticks;
+        let per_second = C::TICKS_PER_SECOND;
+        let nanos = (ticks % per_second) as u128 * 1_000_000_000 / per_second as u128;
+        core::time::Duration::new(ticks / per_second, nanos as u32)
+    }
+
+    /// The most time between two steps of the reading, rounded up to the nanosecond.
+    pub(crate) fn resolution<C: crate::Clock + ?Sized>(&self) -> core::time::Duration {
+        crate::clock::ticks_to_duration_ceil::<C>(self.resolution_ticks())
+    }
+}
+
+/// The 32-bit word's layout: fixed point, with `U` chosen so that an hour of the clock fits
+/// beside twice the burst in 2^32 units, as fine as one unit a tick where that fits, and a
+/// multiple of the rate's denominator (exact) where one fits.
+const fn fixed_point(
+    a: u128,
+    b: u128,
+    burst: u64,
+    start: u64,
+    ticks_per_second: u64,
+    deep: bool,
+) -> Result<Params, ConfigError> {
+    let f = FIXED_FRACTION_BITS;
+    let ring: u128 = 1 << 32;
+    // The deep window takes a quarter of the ring, and the hour must fit in the rest.
+    let usable = if deep { ring / 4 * 3 } else { ring };
+    // The burst gets at most W / 256 units, so that the misread share of the ring is small.
+    let u_band = (ring >> BURST_SHARE_BITS) / burst as u128;
+    if u_band == 0 {
+        return Err(ConfigError::Unrepresentable);
+    }
+    // An hour of ticks plus twice the burst in the ring: U (hour · a / b + 2 burst) <= W - 2.
+    let hour_ticks = 3_600 * ticks_per_second as u128;
+    let u_hour = match hour_ticks.checked_mul(a) {
+        Some(hour) => match (2 * burst as u128).checked_mul(b) {
+            Some(bursts) => match (usable - 2).checked_mul(b) {
+                Some(room) => room / (hour + bursts),
+                None => 0,
+            },
+            None => 0,
+        },
+        None => 0,
+    };
+    let u_max = if u_hour < u_band { u_hour } else { u_band };
+    // One unit a tick: reading finer than the clock gains nothing.
+    let u_fine = b.div_ceil(a);
+    // U needed to round the rate down by under 1 / FIXED_MAX_ROUNDING: b · R / (a · 2^32).
+    // (a < 2^95: tokens below 2^64 times 10^9.)
+    let u_rounding = match b.checked_mul(FIXED_MAX_ROUNDING) {
+        Some(br) => br.div_ceil(a << f),
+        None => u128::MAX,
+    };
+    // Exact when U carries the part of b that 2^32 · a does not cancel.
+    let u_exact = b / gcd(b, a << f);
+
+    let target = if u_fine < u_max { u_fine } else { u_max };
+    let target = if target == 0 { 1 } else { target };
+    let units_per_token = if u_exact <= u_max {
+        let k = target.div_ceil(u_exact);
+        if k * u_exact <= u_max {
+            k * u_exact
+        } else {
+            u_max / u_exact * u_exact
+        }
+    } else if target >= u_rounding {
+        target
+    } else if u_rounding <= u_band {
+        // Short of an hour at this rate: held to the rounding bound, with a shorter horizon.
+        u_rounding
+    } else {
+        return Err(ConfigError::Unrepresentable);
+    };
+    // U · a < 2^96 keeps U · a · 2^32 in a u128.
+    let scaled = match units_per_token.checked_mul(a) {
+        Some(ua) if ua <= u128::MAX >> f => ua << f,
+        _ => return Err(ConfigError::Unrepresentable),
+    };
+    let m = scaled / b;
+    if m == 0 || m > u64::MAX as u128 {
+        return Err(ConfigError::Unrepresentable);
+    }
+    let exact = m * b == scaled;
+    let burst_units = burst as u128 * units_per_token;
+    let Some(units_per_quantum) = NonZeroU64::new(m as u64) else {
+        return Err(ConfigError::Unrepresentable);
+    };
+    let Some(upt) = NonZeroU64::new(units_per_token as u64) else {
+        return Err(ConfigError::Unrepresentable);
+    };
+    let max_debt = if deep { ring / 4 } else { burst_units };
+    // Idle from a full write: the reading stays below `negative_from` while
+    // burst + floor(ticks · M / 2^32) + 1 < W - burst.
+    let room = ring - max_debt - burst_units - 2;
+    let horizon = (room << f) / m;
+    let params = Params {
+        shift: 0,
+        quanta_mask: u64::MAX,
+        units_per_quantum,
+        fraction_bits: f,
+        units_mask: (ring - 1) as u64,
+        modulus: ring as u64,
+        negative_from: (ring - max_debt) as u64,
+        units_per_token: upt,
+        burst,
+        burst_units: burst_units as u64,
+        max_debt_units: max_debt as u64,
+        start_units: start * upt.get(),
+        horizon_ticks: if horizon > u64::MAX as u128 {
+            u64::MAX
+        } else {
+            horizon as u64
+        },
+        unused: crate::word::unused_mark(32),
+        exact,
+    };
+    if !steps_fit(&params) {
+        return Err(ConfigError::ClockTooCoarse);
+    }
+    Ok(params)
+}
+
+/// The 32-bit word's layout for rates too slow for fixed point on their clock (a few a day on a
+/// gigahertz clock: a tick is too small a share of a token for 2^32 units): the clock read in
+/// power-of-two quanta, an hour of horizon where it fits, the rate exact or rounded down by at
+/// most one part in 1 024, else the longest horizon an exact layout gives.
+const fn narrow_quanta(
+    a: u128,
+    b: u128,
+    burst: u64,
+    start: u64,
+    ticks_per_second: u64,
+) -> Result<Params, ConfigError> {
+    let hour = 3_600 * ticks_per_second as u128;
+    if let Some(p) = first_layout(a, b, burst, start, 32, hour, true) {
+        return Ok(p);
+    }
+    if let Some(p) = first_layout(a, b, burst, start, 32, hour, false) {
+        return Ok(p);
+    }
+    let mut target = hour / 2;
+    while target > 0 {
+        if let Some(p) = first_layout(a, b, burst, start, 32, target, true) {
+            return Ok(p);
+        }
+        target /= 2;
+    }
+    Err(ConfigError::Unrepresentable)
+}
+
+/// Whether one step of the reading fits in what a drained bucket can take in: below one token,
+/// plus the room the burst leaves. Otherwise the burst cap eats part of the rate — at most one
+/// part in 2^[`ROUNDING_BITS`] of it is let go (a burst of one on a clock whose tick is a
+/// small fraction of a token), as the rounding of a rate is.
+const fn steps_fit(p: &Params) -> bool {
+    step_fits(
+        p.step_units() as u128,
+        p.units_per_token.get() as u128,
+        p.burst_units as u128,
+    )
+}
+
+const fn step_fits(step: u128, units_per_token: u128, burst_units: u128) -> bool {
+    step + units_per_token <= burst_units + 1 || step - 1 <= units_per_token >> ROUNDING_BITS
 }
 
 /// The finest layout of `a / b` tokens per tick whose horizon reaches `target_ticks`: exact, or
@@ -189,6 +441,8 @@ const fn first_layout(
 
 /// The relative error allowed when the rate is rounded down: 2^-20, under one part per million.
 pub(crate) const ROUNDING_BITS: u32 = 20;
+/// The same for the 32-bit word's quanta (slow rates on fast clocks): one part in 1 024.
+const NARROW_ROUNDING_BITS: u32 = 10;
 
 /// The best rounded-down layout for a quantum of 2^`shift` ticks, whose rate per quantum is
 /// `n / d` tokens, if it is within 2^-[`ROUNDING_BITS`] of exact.
@@ -201,16 +455,16 @@ const fn approximate(
     bits: u32,
     target_ticks: u128,
 ) -> Option<Params> {
-    // The largest units per quantum whose horizon, burst aside, reaches twice the target.
-    let want_log = 128 - (2 * target_ticks - 1).leading_zeros(); // least with 2^want_log >= 2 target
+    // The largest units per quantum whose horizon, burst aside, reaches the target.
+    let want_log = 128 - (target_ticks - 1).leading_zeros(); // least with 2^want_log >= target
     let max_log = if shift == 0 {
-        // 2^(bits-1) / A >= 2 target
+        // 2^(bits-1) / A >= target
         if want_log + 1 > bits {
             return None;
         }
         bits - 1 - want_log
     } else {
-        // 2^(k-1+shift) >= 2 target with k = bits - ceil_log2(A) <= 64 - shift
+        // 2^(k-1+shift) >= target with k = bits - ceil_log2(A) <= 64 - shift
         let k = want_log + 1
             - if shift < want_log + 1 {
                 shift
@@ -234,12 +488,19 @@ const fn approximate(
         if p == 0 {
             return None;
         }
-        if !crate::approx::within(p, q, n, d, ROUNDING_BITS) {
+        let rounding_bits = if bits == 32 {
+            NARROW_ROUNDING_BITS
+        } else {
+            ROUNDING_BITS
+        };
+        if !crate::approx::within(p, q, n, d, rounding_bits) {
             return None;
         }
         if let Some(mut layout) = layout(shift, p, q, burst, start, bits) {
-            layout.exact = false;
-            return Some(layout);
+            if layout.horizon_ticks as u128 >= target_ticks {
+                layout.exact = false;
+                return Some(layout);
+            }
         }
         p_max /= 2;
         tries += 1;
@@ -280,7 +541,20 @@ const fn layout(
         return None;
     }
     let half = modulus / 2;
-    let horizon_quanta = (half - burst_units) / units_per_quantum as u128;
+    // The 32-bit word's debt window is one burst, and the burst at most W / 256 (see the
+    // module's docs); the 64-bit word splits the ring in half and allows a quarter of debt.
+    let narrow = bits == 32;
+    if narrow && burst_units > modulus >> BURST_SHARE_BITS {
+        return None;
+    }
+    let (negative_from, max_debt) = if narrow {
+        (modulus - burst_units, burst_units)
+    } else {
+        (half, quarter)
+    };
+    // A full bucket idle for h quanta reads burst + h · A, which must stay below the negative
+    // side.
+    let horizon_quanta = (negative_from - 1 - burst_units) / units_per_quantum as u128;
     let horizon_ticks = horizon_quanta << shift;
     let Some(units_per_quantum) = NonZeroU64::new(units_per_quantum) else {
         return None;
@@ -288,17 +562,18 @@ const fn layout(
     let Some(units_per_token) = NonZeroU64::new(units_per_token as u64) else {
         return None;
     };
-    Some(Params {
+    let params = Params {
         shift,
         quanta_mask,
         units_per_quantum,
+        fraction_bits: 0,
         units_mask,
         modulus: modulus as u64, // 2^64 truncates to 0, which stands for it
-        half: half as u64,
+        negative_from: negative_from as u64,
         units_per_token,
         burst,
         burst_units: burst_units as u64,
-        max_debt_units: quarter as u64,
+        max_debt_units: max_debt as u64,
         start_units: start * units_per_token.get(), // start <= burst
         horizon_ticks: if horizon_ticks > u64::MAX as u128 {
             u64::MAX
@@ -307,7 +582,12 @@ const fn layout(
         },
         unused: crate::word::unused_mark(bits),
         exact: true,
-    })
+    };
+    if steps_fit(&params) {
+        Some(params)
+    } else {
+        None
+    }
 }
 
 const fn mask(bits: u32) -> u64 {
@@ -356,7 +636,7 @@ mod tests {
         for (rate, quantum) in rows {
             let p = solve(Quota::new(rate), NS, 64).unwrap();
             assert!(p.horizon_ticks >= century_ns, "{rate}");
-            assert_eq!(p.quantum_ticks(), quantum, "{rate}");
+            assert_eq!(p.resolution_ticks(), quantum, "{rate}");
         }
     }
 
@@ -364,18 +644,15 @@ mod tests {
     fn rates_that_cannot_be_exact_are_rounded_down_by_under_a_millionth() {
         // (rate, quantum ticks)
         let rows = [
-            (Rate::per_second(549_637), 4096),
-            (Rate::per_second(3_001), 8),
-            (Rate::per_second(1_000_003), 4096),
-            (
-                Rate::new(999_983, Duration::from_nanos(1_000_000_007)),
-                2048,
-            ),
+            (Rate::per_second(549_637), 128),
+            (Rate::per_second(3_001), 1),
+            (Rate::per_second(1_000_003), 2048),
+            (Rate::new(999_983, Duration::from_nanos(1_000_000_007)), 256),
         ];
         for (rate, quantum) in rows {
             let p = solve(Quota::new(rate).burst(1_000), NS, 64).unwrap();
             assert!(!p.is_exact(), "{rate}");
-            assert_eq!(p.quantum_ticks(), quantum, "{rate}");
+            assert_eq!(p.resolution_ticks(), quantum, "{rate}");
             let (n, d) = (
                 rate.tokens() as u128 * NS as u128,
                 rate.period_ns() as u128 * NS as u128,
@@ -429,15 +706,34 @@ mod tests {
     }
 
     #[test]
-    fn the_32_bit_word_quantizes_to_reach_an_hour_when_it_can() {
-        // 10 per second on a 64 MHz SysTick: 2^31 ticks is 33 s, so the solver reads the clock
-        // to 2^7 ticks (2 µs) and gets 71 minutes.
-        let p = solve(Quota::new(Rate::per_second(10)), 64_000_000, 32).unwrap();
-        assert_eq!(p.quantum_ticks(), 128);
-        assert!(p.horizon_ticks >= 3_600 * 64_000_000);
-        // 1 per second on a 32 768 Hz crystal reaches the hour at once (18 hours).
-        let p = solve(Quota::new(Rate::per_second(1)), 32_768, 32).unwrap();
-        assert_eq!(p.quantum_ticks(), 1);
-        assert_eq!(p.horizon_ticks, (1 << 31) - 32_768);
+    fn the_32_bit_word_holds_an_hour_in_fixed_point() {
+        // (rate, burst, clock Hz, exact)
+        let rows = [
+            // 10 per second on a 64 MHz SysTick: U carries the 3 125 of 64 MHz's 2^11 · 5^5.
+            (Rate::per_second(10), 10, 64_000_000, true),
+            (Rate::per_second(1), 1, 32_768, true),
+            (Rate::per_second(100_000), 1, 1_000_000_000, false),
+            (Rate::per_second(1), 10_000, 1_000_000_000, false),
+            (Rate::per_minute(90_000), 7_500, 1_000_000, true),
+            (Rate::per_second(1_024), 1_024, 1_000_000_000, false),
+            (Rate::per_second(50_001), 10, 1_000_000_000, false),
+        ];
+        for (rate, burst, hz, exact) in rows {
+            let p = solve(Quota::new(rate).burst(burst), hz, 32).unwrap();
+            assert!(p.horizon_ticks >= 3_600 * hz, "{rate} on {hz} Hz");
+            assert_eq!(p.is_exact(), exact, "{rate} on {hz} Hz");
+            assert_eq!(p.fraction_bits, 32);
+            // The burst and the debt window together hold under 0.8 % of the ring.
+            assert!(p.burst_units + p.max_debt_units <= 1 << 25, "{rate}");
+            // Rounded down by under one part in 10^3 wherever it rounds (one in 10^4 at worst
+            // here: one a second with a burst of 10 000 on a nanosecond clock).
+            let (m, ticks) = p.tick_rate();
+            let enforced = m as f64 / ticks as f64;
+            let asked = rate.tokens() as f64 / (rate.period_ns() as f64 * hz as f64 / 1e9);
+            assert!(
+                enforced <= asked * (1.0 + 1e-12) && enforced >= asked * (1.0 - 1e-3),
+                "{rate} on {hz} Hz"
+            );
+        }
     }
 }

@@ -12,7 +12,7 @@ use crate::params::Params;
 use crate::Denied;
 
 impl Params {
-    /// The clock reading in units, read to the quantum.
+    /// The clock reading in units, read to the quantum (or in fixed point).
     #[inline]
     pub(crate) fn units_at(&self, now_ticks: u64) -> u64 {
         // Most layouts read every tick (`shift = 0`, no quanta mask): spare them two steps.
@@ -21,7 +21,7 @@ impl Params {
         } else {
             (now_ticks >> self.shift) & self.quanta_mask
         };
-        quanta.wrapping_mul(self.units_per_quantum.get()) & self.units_mask
+        (quanta.wrapping_mul(self.units_per_quantum.get()) >> self.fraction_bits) & self.units_mask
     }
 
     /// The word a bucket starts from at its first use.
@@ -82,20 +82,30 @@ impl Params {
         }
     }
 
-    /// Gives back a reservation of `cost` units that falls due at `due`: all of it, less the
-    /// units reserved after it, and nothing once it is due (Go's `CancelAt` rule).
+    /// Gives back a reservation of `cost` units that left the word at `due` and is not yet due:
+    /// all of it while nothing has moved the word since, and nothing once anything has — a later
+    /// reservation counts on these tokens, and a pause must not be shortened. (Go's `CancelAt`
+    /// gives back the part no later reservation counted on; it cannot tell a pause from one.)
+    /// The caller checks, on the clock's ticks, that the reservation is not yet due.
     #[inline]
     pub(crate) fn give_back(&self, word: u64, now_units: u64, due: u64, cost: u64) -> Option<u64> {
-        if self.elapsed(now_units, due) >= 0 {
+        if word != due {
             return None;
         }
-        let overtaken = self.elapsed(word, due).max(0) as u64;
-        let restore = cost.checked_sub(overtaken).filter(|&units| units > 0)?;
+        self.restored(word, now_units, cost)
+    }
+
+    /// The word with `restore` units more, capped by the burst; `None` when that adds nothing.
+    #[inline]
+    fn restored(&self, word: u64, now_units: u64, restore: u64) -> Option<u64> {
+        if restore == 0 {
+            return None;
+        }
         let level = self.level(word, now_units);
-        let level = level
-            .saturating_add(restore as i64)
+        let raised = level
+            .saturating_add(restore.min(self.burst_units) as i64)
             .min(self.burst_units as i64);
-        Some(self.at_level(now_units, level))
+        (raised > level).then(|| self.at_level(now_units, raised))
     }
 
     /// Re-anchors a full bucket at `now_units` so that its idle horizon starts again.
@@ -111,13 +121,25 @@ impl Params {
         self.level(word, now_units).max(0) as u64 / self.units_per_token
     }
 
-    /// Ticks from `now_ticks` until `units` more have accrued, read to the quantum.
+    /// Ticks from `now_ticks` until `units` more have accrued, read to the quantum (or in fixed
+    /// point); saturating.
     #[inline]
     pub(crate) fn ticks_until(&self, now_ticks: u64, units: u64) -> u64 {
         if units == 0 {
             return 0;
         }
-        let quanta = (units - 1) / self.units_per_quantum + 1;
+        let a = self.units_per_quantum.get();
+        if self.fraction_bits != 0 {
+            // The least d with floor((now + d) M / 2^f) >= floor(now M / 2^f) + units:
+            // d M >= units · 2^f - (now M mod 2^f).
+            let f = self.fraction_bits;
+            if units >= 1 << (64 - f) {
+                return u64::MAX;
+            }
+            let behind = now_ticks.wrapping_mul(a) & ((1 << f) - 1);
+            return ((units << f) - behind).div_ceil(a);
+        }
+        let quanta = (units - 1) / a + 1;
         let due = (now_ticks >> self.shift)
             .wrapping_add(quanta)
             .wrapping_shl(self.shift);
@@ -173,11 +195,12 @@ impl Params {
         self.keep(word)
     }
 
-    /// Units from `from` to `to`, negative when `from` is ahead.
+    /// Units from `from` to `to`, negative when `from` is ahead: differences at or above
+    /// `negative_from` read as negative.
     #[inline]
     pub(crate) fn elapsed(&self, to: u64, from: u64) -> i64 {
         let d = self.sub(to, from);
-        if d >= self.half {
+        if d >= self.negative_from {
             d.wrapping_sub(self.modulus) as i64
         } else {
             d as i64
@@ -239,19 +262,19 @@ impl Params {
     /// without the take the level was higher by `cost`, less what the burst cap has since cut
     /// from that history, and that is at most what accrued beyond the burst since the take
     /// (`now - due + cost - burst`). So it gives back `min(cost, burst - (now - due))`, capped by
-    /// the burst, whatever other callers took in between: a denied caller loses nobody a token.
+    /// the burst, whatever immediate grants others took in between: a denied caller loses nobody
+    /// a token. But a bucket in debt that has moved since the take gives back nothing: a later
+    /// reservation counts on those tokens, or a pause holds it, and neither may be cut short.
     pub(crate) fn refund(&self, word: u64, now_units: u64, due: u64, cost: u64) -> Option<u64> {
-        // burst < W / 4 and |elapsed| < W / 2: no overflow.
-        let headroom = self.burst_units as i64 - self.elapsed(now_units, due);
+        if word != due && self.level(word, now_units) < 0 {
+            return None;
+        }
+        let headroom = (self.burst_units as i64).saturating_sub(self.elapsed(now_units, due));
         let restore = (cost as i64).min(headroom);
         if restore <= 0 {
             return None;
         }
-        let level = self
-            .level(word, now_units)
-            .saturating_add(restore)
-            .min(self.burst_units as i64);
-        Some(self.at_level(now_units, level))
+        self.restored(word, now_units, restore as u64)
     }
 }
 
@@ -260,14 +283,31 @@ impl Params {
 #[cfg(any(loom, target_has_atomic = "64"))]
 impl Params {
     /// The word under `to` holding, at `now_ticks`, the tokens `word` holds under `self`: the
-    /// level kept as-is in tokens (fractions rounded toward fewer), capped by the new burst;
-    /// debt kept in tokens too, clamped to the new debt bound.
+    /// level kept as-is in tokens (fractions rounded toward fewer), less the part of a step that
+    /// `to`'s reading has not yet counted at `now_ticks` (it will count it at its next step,
+    /// and `self` may have counted it already), capped by the new burst; debt kept in tokens
+    /// too, clamped to the new debt bound. So a change of quota never mints, however often it
+    /// comes.
     pub(crate) fn converted(&self, to: &Params, word: u64, now_ticks: u64) -> u64 {
         let level = i128::from(self.level(word, self.units_at(now_ticks)));
         let scaled = (level * i128::from(to.units_per_token.get()))
             .div_euclid(i128::from(self.units_per_token.get()));
-        let level = scaled.clamp(-i128::from(to.max_debt_units), i128::from(to.burst_units));
-        // Within ±W / 4 of the new word: fits an i64.
+        let level = (scaled - i128::from(to.uncounted(now_ticks)))
+            .clamp(-i128::from(to.max_debt_units), i128::from(to.burst_units));
+        // Within the new word's debt bound and burst: fits an i64.
         to.at_level(to.units_at(now_ticks), level as i64)
+    }
+
+    /// Units accrued at `now_ticks` that the reading has not counted yet, rounded up: the part
+    /// of the current quantum (or fixed-point unit) already past.
+    fn uncounted(&self, now_ticks: u64) -> u64 {
+        let a = self.units_per_quantum.get();
+        if self.fraction_bits != 0 {
+            let behind = now_ticks.wrapping_mul(a) & ((1 << self.fraction_bits) - 1);
+            return u64::from(behind != 0);
+        }
+        let into = now_ticks & ((1 << self.shift) - 1);
+        // into < 2^shift and A · 2^shift fits in u128.
+        ((u128::from(into) * u128::from(a)).div_ceil(1 << self.shift)) as u64
     }
 }

@@ -25,9 +25,8 @@ fn drain<C: tollgate::Clock, W: Word>(bucket: &TokenBucket<C, W>) -> u32 {
 /// Builds a bucket on one word or the other.
 type Make<'a> = &'a dyn Fn(&ManualClock, Quota) -> Box<dyn Bucket + '_>;
 
-fn on_both_words(test: fn(Make)) {
+fn on_the_wide_word(test: fn(Make)) {
     test(&|clock, quota| Box::new(TokenBucket::<_, u64>::try_new_with_word(quota, clock).unwrap()));
-    test(&|clock, quota| Box::new(TokenBucket::<_, u32>::try_new_with_word(quota, clock).unwrap()));
 }
 
 /// The calls these tests make, on either word.
@@ -55,7 +54,8 @@ impl<W: Word> Bucket for TokenBucket<&ManualClock, W> {
 
 #[test]
 fn a_pause_grants_nothing_before_its_instant_and_resumes_empty() {
-    on_both_words(|make| {
+    // The 32-bit word holds pauses of one burst's refill: see the clamping test.
+    on_the_wide_word(|make| {
         let clock = ManualClock::new();
         let bucket = make(&clock, Quota::new(Rate::per_second(10)).burst(10));
         assert_eq!(
@@ -118,7 +118,7 @@ fn a_pause_grants_nothing_before_its_instant_and_resumes_empty() {
 
 #[test]
 fn a_pause_never_shortens_a_longer_one_and_never_adds_tokens() {
-    on_both_words(|make| {
+    on_the_wide_word(|make| {
         let clock = ManualClock::new();
         let bucket = make(&clock, Quota::new(Rate::per_second(10)).burst(10));
         assert!(matches!(bucket.pause_for(ms(5_000)), Pause::Paused { .. }));
@@ -169,9 +169,10 @@ fn a_pause_longer_than_the_word_holds_is_clamped_and_says_so() {
     let bucket =
         TokenBucket::<_, u32>::try_new_with_word(Quota::new(Rate::per_second(10)), &clock).unwrap();
     let max = bucket.max_pause();
-    // On the 32-bit word at 10 a second on a nanosecond clock: a quarter of the word, minutes.
+    // On the 32-bit word: one burst's refill (its debt window is one burst, so that an idle
+    // past the horizon never reads deeper than that), 1 s here.
     assert!(
-        max > Duration::from_secs(60) && max < Duration::from_secs(3_600),
+        max.abs_diff(Duration::from_secs(1)) <= Duration::from_micros(1),
         "{max:?}"
     );
     let pause = bucket.pause_for(Duration::from_secs(86_400));

@@ -45,6 +45,70 @@ impl Pause {
     }
 }
 
+/// Ticks for a pause of `duration`: rounded up, so that the pause is never shorter than asked.
+pub(crate) fn pause_ticks_for<C: Clock>(duration: Duration) -> u64 {
+    let ticks = duration_to_ticks_floor::<C>(duration);
+    if ticks_to_duration_ceil::<C>(ticks) < duration {
+        ticks.saturating_add(1)
+    } else {
+        ticks
+    }
+}
+
+/// The pause, for every bucket kind: one transition and one answer.
+impl Params {
+    /// The longest pause the word can hold, in ticks: the debt bound.
+    pub(crate) fn max_pause_ticks(&self) -> u64 {
+        let a = self.units_per_quantum.get();
+        if self.fraction_bits != 0 {
+            let ticks = (u128::from(self.max_debt_units) << self.fraction_bits) / u128::from(a);
+            return u64::try_from(ticks).unwrap_or(u64::MAX);
+        }
+        (self.max_debt_units / a)
+            .checked_shl(self.shift)
+            .unwrap_or(u64::MAX)
+    }
+
+    /// The word paused from `now_ticks` for `ticks` (at most [`max_pause_ticks`]), or the
+    /// units of debt that already hold it at least as long.
+    pub(crate) fn paused_for(
+        &self,
+        word: u64,
+        now_ticks: u64,
+        now_units: u64,
+        ticks: u64,
+    ) -> Result<u64, u64> {
+        let ticks = ticks.min(self.max_pause_ticks());
+        // Read to the resolution: a grant needs the reading past the instant's, so none comes
+        // before it.
+        let resumes_at = now_ticks.wrapping_add(ticks);
+        let pause_units = self.elapsed(self.units_at(resumes_at), now_units).max(0) as u64;
+        self.paused(word, now_units, pause_units)
+            .ok_or_else(|| self.debt(word, now_units))
+    }
+
+    /// What a pause of `ticks` asked at `now_ticks` did, given the transition's outcome.
+    pub(crate) fn pause_answer<C: Clock>(
+        &self,
+        now_ticks: u64,
+        ticks: u64,
+        outcome: Result<(), u64>,
+    ) -> Pause {
+        let max = self.max_pause_ticks();
+        match outcome {
+            Ok(()) if ticks > max => Pause::Clamped {
+                resumes_after: ticks_to_duration_ceil::<C>(max),
+            },
+            Ok(()) => Pause::Paused {
+                resumes_after: ticks_to_duration_ceil::<C>(ticks),
+            },
+            Err(debt_units) => Pause::AlreadyLonger {
+                resumes_after: ticks_to_duration_ceil::<C>(self.ticks_until(now_ticks, debt_units)),
+            },
+        }
+    }
+}
+
 impl<C: Clock, W: Word> TokenBucket<C, W> {
     /// Grants nothing for `duration` from now, then resumes empty: what to do after an upstream
     /// answers 429 with `Retry-After`.
@@ -77,12 +141,7 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
     /// ```
     pub fn pause_for(&self, duration: Duration) -> Pause {
         let now = self.clock.now();
-        // Rounded up, so that the pause is never shorter than asked.
-        let mut ticks = duration_to_ticks_floor::<C>(duration);
-        if ticks_to_duration_ceil::<C>(ticks) < duration {
-            ticks = ticks.saturating_add(1);
-        }
-        self.pause_ticks(now, ticks)
+        self.pause_ticks(now, pause_ticks_for::<C>(duration))
     }
 
     /// Grants nothing before the clock reads `until_ticks`, then resumes empty: as
@@ -97,43 +156,16 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
 
     /// The longest pause the word can hold: the debt bound, read to the clock's resolution.
     pub fn max_pause(&self) -> Duration {
-        ticks_to_duration_ceil::<C>(self.max_pause_ticks())
-    }
-
-    fn max_pause_ticks(&self) -> u64 {
-        let p = &self.params;
-        let quanta = p.max_debt_units / p.units_per_quantum;
-        quanta.checked_shl(p.shift).unwrap_or(u64::MAX)
+        ticks_to_duration_ceil::<C>(self.params.max_pause_ticks())
     }
 
     fn pause_ticks(&self, now: u64, ticks: u64) -> Pause {
         let p = &self.params;
-        let max = self.max_pause_ticks();
-        let clamped = ticks > max;
-        let ticks = ticks.min(max);
-        let resumes_at = now.wrapping_add(ticks);
         let outcome = self.update(now, |word, now_units| {
-            // Read to the quantum: a grant needs the clock in a later quantum than the
-            // instant's, so none comes before it.
-            let pause_units = p.elapsed(p.units_at(resumes_at), now_units).max(0) as u64;
-            match p.paused(word, now_units, pause_units) {
-                Some(word) => Ok((word, ())),
-                None => Err(p.debt(word, now_units)),
-            }
+            p.paused_for(word, now, now_units, ticks)
+                .map(|word| (word, ()))
         });
-        match outcome {
-            Ok(()) => {
-                let resumes_after = ticks_to_duration_ceil::<C>(ticks);
-                if clamped {
-                    Pause::Clamped { resumes_after }
-                } else {
-                    Pause::Paused { resumes_after }
-                }
-            }
-            Err(debt_units) => Pause::AlreadyLonger {
-                resumes_after: ticks_to_duration_ceil::<C>(p.ticks_until(now, debt_units)),
-            },
-        }
+        p.pause_answer::<C>(now, ticks, outcome)
     }
 
     /// Undoes a reservation the caller has not acted on, whether or not it is due: gives back
@@ -141,7 +173,7 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
     /// `Params::refund`). For several buckets acting as one, where a part due early is not used
     /// until the whole is due.
     pub(crate) fn refund(&self, reservation: Reservation) {
-        self.give_back_by(reservation, Params::refund);
+        self.give_back_by(reservation, false, Params::refund);
     }
 
     /// How long until `reserve(n, max_wait)` would succeed, without taking anything: zero when
