@@ -14,7 +14,7 @@ const WORD_MASK: u64 = 0xFFFF_FFFF;
 /// Set in a slot's version when it holds a generation's parameters.
 const VALID: u64 = 1 << 32;
 /// Parameters packed into a slot.
-const FIELDS: usize = 15;
+const FIELDS: usize = 16;
 
 /// A token bucket whose rate and burst can change while other threads acquire
 /// ([`set_quota`](Self::set_quota)), with no lock on the acquire path.
@@ -163,6 +163,7 @@ fn pack(p: &Params) -> [u64; FIELDS] {
         p.unused,
         u64::from(p.exact),
         u64::from(p.fraction_bits),
+        p.ceiling_units,
     ]
 }
 
@@ -183,6 +184,7 @@ fn unpack(f: &[u64; FIELDS]) -> Option<Params> {
         unused: f[12],
         exact: f[13] != 0,
         fraction_bits: u32::try_from(f[14]).ok()?,
+        ceiling_units: f[15],
     })
 }
 

@@ -72,6 +72,11 @@ pub(crate) struct Params {
     pub burst: u64,
     /// The capacity in units.
     pub burst_units: u64,
+    /// The most units the bucket holds: the burst plus less than one step of the reading, at
+    /// most a token's fraction (`burst + min(step, U) - 1`). A caller polling at every step then
+    /// keeps the fraction of a token a step brought beyond the burst, so the cap never eats the
+    /// rate, while no instant grants more than the burst in whole tokens.
+    pub ceiling_units: u64,
     /// The deepest debt reservations and pauses may run, in units: `W / 4` on the 64-bit word,
     /// one burst on the 32-bit word.
     pub max_debt_units: u64,
@@ -146,12 +151,19 @@ impl Params {
         if let Some(p) = first_layout(a, b, burst, start, bits, target_ticks, true) {
             return Ok(p);
         }
+        let year = YEAR_SECS * ticks_per_second as u128;
+        // A token or more a tick: a century would need the clock read coarser than a tick, so
+        // the finest exact layout with a shorter horizon (at least a year) comes first.
+        if a >= b {
+            if let Some(p) = first_layout(a, b, burst, start, bits, year, true) {
+                return Ok(p);
+            }
+        }
         if let Some(p) = first_layout(a, b, burst, start, bits, target_ticks, false) {
             return Ok(p);
         }
-        // Rates too high for a century in 64 bits: the exact layout with the longest horizon,
-        // down to a year.
-        let year = YEAR_SECS * ticks_per_second as u128;
+        // Rates too high for a century in 64 bits: the layout with the longest horizon, down to
+        // a year.
         let mut target = target_ticks / 2;
         while target >= year {
             if let Some(p) = first_layout(a, b, burst, start, bits, target, true) {
@@ -288,8 +300,8 @@ const fn fixed_point(
         None => 0,
     };
     let u_max = if u_hour < u_band { u_hour } else { u_band };
-    // One unit a tick: reading finer than the clock gains nothing.
-    let u_fine = b.div_ceil(a);
+    // At most one unit a tick: reading finer than the clock gains nothing.
+    let u_fine = if b / a == 0 { 1 } else { b / a };
     // U needed to round the rate down by under 1 / FIXED_MAX_ROUNDING: b · R / (a · 2^32).
     // (a < 2^95: tokens below 2^64 times 10^9.)
     let u_rounding = match b.checked_mul(FIXED_MAX_ROUNDING) {
@@ -301,13 +313,10 @@ const fn fixed_point(
 
     let target = if u_fine < u_max { u_fine } else { u_max };
     let target = if target == 0 { 1 } else { target };
-    let units_per_token = if u_exact <= u_max {
-        let k = target.div_ceil(u_exact);
-        if k * u_exact <= u_max {
-            k * u_exact
-        } else {
-            u_max / u_exact * u_exact
-        }
+    let units_per_token = if u_exact <= target {
+        target / u_exact * u_exact
+    } else if u_exact <= u_max {
+        u_exact
     } else if target >= u_rounding {
         target
     } else if u_rounding <= u_band {
@@ -334,9 +343,13 @@ const fn fixed_point(
         return Err(ConfigError::Unrepresentable);
     };
     let max_debt = if deep { ring / 4 } else { burst_units };
+    let step = m.div_ceil(1 << f);
+    let ceiling = burst_units + min(step, units_per_token) - 1;
     // Idle from a full write: the reading stays below `negative_from` while
-    // burst + floor(ticks · M / 2^32) + 1 < W - burst.
-    let room = ring - max_debt - burst_units - 2;
+    // ceiling + floor(ticks · M / 2^32) + 1 < W - max_debt.
+    let Some(room) = ring.checked_sub(max_debt + ceiling + 2) else {
+        return Err(ConfigError::Unrepresentable);
+    };
     let horizon = (room << f) / m;
     let params = Params {
         shift: 0,
@@ -349,6 +362,7 @@ const fn fixed_point(
         units_per_token: upt,
         burst,
         burst_units: burst_units as u64,
+        ceiling_units: ceiling as u64,
         max_debt_units: max_debt as u64,
         start_units: start * upt.get(),
         horizon_ticks: if horizon > u64::MAX as u128 {
@@ -393,10 +407,9 @@ const fn narrow_quanta(
     Err(ConfigError::Unrepresentable)
 }
 
-/// Whether one step of the reading fits in what a drained bucket can take in: below one token,
-/// plus the room the burst leaves. Otherwise the burst cap eats part of the rate — at most one
-/// part in 2^[`ROUNDING_BITS`] of it is let go (a burst of one on a clock whose tick is a
-/// small fraction of a token), as the rounding of a rate is.
+/// Whether one step of the reading fits in the burst. With the ceiling a step's fraction of a
+/// token beyond the burst is kept, so then the cap never eats the rate; a step larger than the
+/// burst would lose the excess at every step.
 const fn steps_fit(p: &Params) -> bool {
     step_fits(
         p.step_units() as u128,
@@ -405,8 +418,8 @@ const fn steps_fit(p: &Params) -> bool {
     )
 }
 
-const fn step_fits(step: u128, units_per_token: u128, burst_units: u128) -> bool {
-    step + units_per_token <= burst_units + 1 || step - 1 <= units_per_token >> ROUNDING_BITS
+const fn step_fits(step: u128, _units_per_token: u128, burst_units: u128) -> bool {
+    step <= burst_units
 }
 
 /// The finest layout of `a / b` tokens per tick whose horizon reaches `target_ticks`: exact, or
@@ -552,9 +565,13 @@ const fn layout(
     } else {
         (half, quarter)
     };
-    // A full bucket idle for h quanta reads burst + h · A, which must stay below the negative
-    // side.
-    let horizon_quanta = (negative_from - 1 - burst_units) / units_per_quantum as u128;
+    // A full bucket idle for h quanta reads its ceiling + h · A (the ceiling is below the
+    // burst plus one quantum), which must stay below the negative side.
+    let ceiling_bound = burst_units + units_per_quantum as u128;
+    if ceiling_bound >= negative_from {
+        return None;
+    }
+    let horizon_quanta = (negative_from - 1 - ceiling_bound) / units_per_quantum as u128;
     let horizon_ticks = horizon_quanta << shift;
     let Some(units_per_quantum) = NonZeroU64::new(units_per_quantum) else {
         return None;
@@ -562,6 +579,8 @@ const fn layout(
     let Some(units_per_token) = NonZeroU64::new(units_per_token as u64) else {
         return None;
     };
+    let step = units_per_quantum.get() as u128;
+    let ceiling = burst_units + min(step, units_per_token.get() as u128) - 1;
     let params = Params {
         shift,
         quanta_mask,
@@ -573,6 +592,7 @@ const fn layout(
         units_per_token,
         burst,
         burst_units: burst_units as u64,
+        ceiling_units: ceiling as u64,
         max_debt_units: max_debt as u64,
         start_units: start * units_per_token.get(), // start <= burst
         horizon_ticks: if horizon_ticks > u64::MAX as u128 {
@@ -587,6 +607,14 @@ const fn layout(
         Some(params)
     } else {
         None
+    }
+}
+
+const fn min(a: u128, b: u128) -> u128 {
+    if a < b {
+        a
+    } else {
+        b
     }
 }
 

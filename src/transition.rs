@@ -111,7 +111,7 @@ impl Params {
     /// Re-anchors a full bucket at `now_units` so that its idle horizon starts again.
     #[inline]
     pub(crate) fn refreshed(&self, word: u64, now_units: u64) -> Option<u64> {
-        let full = self.burst_units as i64;
+        let full = self.ceiling_units as i64;
         (self.elapsed(now_units, word) > full).then(|| self.at_level(now_units, full))
     }
 
@@ -164,8 +164,12 @@ impl Params {
         if word == self.unused {
             return self.burst_units - self.start_units;
         }
+        let level = self.level(word, now_units);
+        if level >= self.burst_units as i64 {
+            return 0;
+        }
         // burst - level < 2^62 + 2^63 even for a clock stepped far back: it fits in a u64.
-        (self.burst_units as i64).wrapping_sub(self.level(word, now_units)) as u64
+        (self.burst_units as i64).wrapping_sub(level) as u64
     }
 
     /// Ticks from `now_ticks` until the bucket in `word` is full.
@@ -178,10 +182,11 @@ impl Params {
         )
     }
 
-    /// Units in the bucket at `now_units`, at most the burst.
+    /// Units in the bucket at `now_units`, at most the ceiling (the burst and less than a
+    /// step; see `Params::ceiling_units`).
     #[inline]
     fn level(&self, word: u64, now_units: u64) -> i64 {
-        self.elapsed(now_units, word).min(self.burst_units as i64)
+        self.elapsed(now_units, word).min(self.ceiling_units as i64)
     }
 
     /// The word whose level at `now_units` is `level`.

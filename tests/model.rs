@@ -77,6 +77,8 @@ struct Model {
     reading: Reading,
     /// Units in a token.
     token: u128,
+    /// The most units the bucket holds: the burst and less than one step of the reading.
+    ceiling: u128,
     hz: u128,
     burst: u128,
     /// Units; negative in debt.
@@ -100,8 +102,11 @@ impl Model {
     fn refill(&mut self, now: u128) {
         let at = self.reading.units(now);
         if at > self.at {
-            let full = (self.burst * self.token) as i128;
-            self.level = self.level.saturating_add((at - self.at) as i128).min(full);
+            let ceiling = self.ceiling as i128;
+            self.level = self
+                .level
+                .saturating_add((at - self.at) as i128)
+                .min(ceiling);
             self.at = at;
         }
     }
@@ -313,9 +318,14 @@ fn run<const HZ: u64, W: Word>(case: &Case) -> Result<Outcome, TestCaseError> {
     } else {
         u128::MAX >> 2
     };
+    let step = match reading {
+        Reading::Quanta { a, .. } => a,
+        Reading::Fixed { m } => m.div_ceil(1 << 32),
+    };
     let mut model = Model {
         reading,
         token,
+        ceiling: burst_units + step.min(token) - 1,
         hz,
         burst: case.burst as u128,
         level: (quota.start_fill() as u128 * token) as i128,
