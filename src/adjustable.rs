@@ -237,7 +237,7 @@ impl<C: Clock> AdjustableBucket<C> {
             |p, word, now_units| {
                 used = Some(*p);
                 p.paused_for(word, now, now_units, ticks)
-                    .map(|word| (word, ()))
+                    .map_err(|()| p.debt(word, now_units))
             },
             now,
         );

@@ -362,9 +362,10 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
     /// On the 64-bit word at least a century (a quarter of the clock's own range above
     /// 1.46 GHz, and at least a year for rates above about 3 × 10^9 per second on a nanosecond
     /// clock). On the 32-bit word at least an hour for rates up to about 10^6 per second. Past
-    /// it, the 32-bit word reads full again for all but `2 · burst / 2^32` units of each turn
-    /// of its ring (under 0.8 % of idle lengths); in those it reads at most one burst in debt,
-    /// never fuller than it is, so the worst false wait is the time two bursts take to accrue.
+    /// it, the 32-bit word reads full again for all but `3 · burst / 2^32` units of each turn
+    /// of its ring (under 0.6 % of idle lengths); in those it reads at most two bursts in debt,
+    /// never fuller than it is, so the worst false wait is the time three bursts take to
+    /// accrue.
     /// Call [`touch`](Self::touch) within the horizon to read exactly always.
     pub fn idle_horizon(&self) -> Duration {
         self.params.idle_horizon::<C>()

@@ -18,9 +18,11 @@
 //! Differences of instants are read as signed, but not symmetrically: a difference at or above
 //! `negative_from` reads as negative (the bucket in debt, or the clock stepped back), anything
 //! below it as elapsed time. On the 64-bit word the split is at `W / 2`, so only an idle of more
-//! than a century misreads. On the 32-bit word the negative side is one burst of units and the
-//! burst itself is at most `W / 256`, so an idle of any length past the horizon reads full again
-//! except in `2 · burst / W` of the ring (under 0.8 %), where it reads at most one burst in debt.
+//! than a century misreads. On the 32-bit word debt is at most one burst, the negative side two
+//! bursts (so that a clock stepped back by up to a burst's refill credits nothing even at the
+//! deepest debt), and the burst itself at most `W / 512`: an idle of any length past the
+//! horizon reads full again except in `3 · burst / W` of the ring (under 0.6 %), where it reads
+//! at most two bursts in debt.
 //!
 //! The solver picks, for the 64-bit word, the finest exact layout whose horizon reaches 100
 //! years (or 2^62 ticks, a quarter of the clock's own range, for clocks above 1.46 GHz), then
@@ -44,7 +46,7 @@ const YEAR_SECS: u128 = 31_557_600;
 /// The 32-bit word's fixed-point fraction: units are the high half of `ticks · M`.
 const FIXED_FRACTION_BITS: u32 = 32;
 /// The 32-bit word's burst is at most `W >> BURST_SHARE_BITS` units.
-const BURST_SHARE_BITS: u32 = 8;
+const BURST_SHARE_BITS: u32 = 9;
 /// The 32-bit word rounds a rate down by at most one part in this many.
 const FIXED_MAX_ROUNDING: u128 = 1_000;
 
@@ -282,15 +284,16 @@ const fn fixed_point(
     let ring: u128 = 1 << 32;
     // The deep window takes a quarter of the ring, and the hour must fit in the rest.
     let usable = if deep { ring / 4 * 3 } else { ring };
-    // The burst gets at most W / 256 units, so that the misread share of the ring is small.
+    // The burst gets at most W / 512 units, so that the misread share of the ring (the burst
+    // and the negative window of two bursts) stays under 0.6 %.
     let u_band = (ring >> BURST_SHARE_BITS) / burst as u128;
     if u_band == 0 {
         return Err(ConfigError::Unrepresentable);
     }
-    // An hour of ticks plus twice the burst in the ring: U (hour · a / b + 2 burst) <= W - 2.
+    // An hour of ticks plus three bursts in the ring: U (hour · a / b + 3 burst) <= W - 2.
     let hour_ticks = 3_600 * ticks_per_second as u128;
     let u_hour = match hour_ticks.checked_mul(a) {
-        Some(hour) => match (2 * burst as u128).checked_mul(b) {
+        Some(hour) => match (3 * burst as u128).checked_mul(b) {
             Some(bursts) => match (usable - 2).checked_mul(b) {
                 Some(room) => room / (hour + bursts),
                 None => 0,
@@ -342,12 +345,19 @@ const fn fixed_point(
     let Some(upt) = NonZeroU64::new(units_per_token as u64) else {
         return Err(ConfigError::Unrepresentable);
     };
-    let max_debt = if deep { ring / 4 } else { burst_units };
+    // The negative window holds the deepest debt and, beyond it, a clock stepped back by up to
+    // one burst's refill.
     let step = m.div_ceil(1 << f);
+    // (Two steps more, for the rounding of a reading at either end of the step back.)
+    let (max_debt, window) = if deep {
+        (ring / 4, ring / 4)
+    } else {
+        (burst_units, 2 * burst_units + 2 * step)
+    };
     let ceiling = burst_units + min(step, units_per_token) - 1;
     // Idle from a full write: the reading stays below `negative_from` while
-    // ceiling + floor(ticks · M / 2^32) + 1 < W - max_debt.
-    let Some(room) = ring.checked_sub(max_debt + ceiling + 2) else {
+    // ceiling + floor(ticks · M / 2^32) + 1 < W - window.
+    let Some(room) = ring.checked_sub(window + ceiling + 2) else {
         return Err(ConfigError::Unrepresentable);
     };
     let horizon = (room << f) / m;
@@ -358,7 +368,7 @@ const fn fixed_point(
         fraction_bits: f,
         units_mask: (ring - 1) as u64,
         modulus: ring as u64,
-        negative_from: (ring - max_debt) as u64,
+        negative_from: (ring - window) as u64,
         units_per_token: upt,
         burst,
         burst_units: burst_units as u64,
@@ -554,14 +564,18 @@ const fn layout(
         return None;
     }
     let half = modulus / 2;
-    // The 32-bit word's debt window is one burst, and the burst at most W / 256 (see the
-    // module's docs); the 64-bit word splits the ring in half and allows a quarter of debt.
+    // The 32-bit word's debt is at most one burst, its negative window two, and the burst at
+    // most W / 512 (see the module's docs); the 64-bit word splits the ring in half and allows
+    // a quarter of debt.
     let narrow = bits == 32;
     if narrow && burst_units > modulus >> BURST_SHARE_BITS {
         return None;
     }
     let (negative_from, max_debt) = if narrow {
-        (modulus - burst_units, burst_units)
+        (
+            modulus - 2 * burst_units - 2 * units_per_quantum as u128,
+            burst_units,
+        )
     } else {
         (half, quarter)
     };
@@ -751,8 +765,12 @@ mod tests {
             assert!(p.horizon_ticks >= 3_600 * hz, "{rate} on {hz} Hz");
             assert_eq!(p.is_exact(), exact, "{rate} on {hz} Hz");
             assert_eq!(p.fraction_bits, 32);
-            // The burst and the debt window together hold under 0.8 % of the ring.
-            assert!(p.burst_units + p.max_debt_units <= 1 << 25, "{rate}");
+            // The burst and the negative window together hold under 0.6 % of the ring.
+            assert!(3 * p.burst_units <= 3 << 23, "{rate}");
+            assert_eq!(
+                p.negative_from,
+                (1 << 32) - 2 * p.burst_units - 2 * p.step_units()
+            );
             // Rounded down by under one part in 10^3 wherever it rounds (one in 10^4 at worst
             // here: one a second with a burst of 10 000 on a nanosecond clock).
             let (m, ticks) = p.tick_rate();

@@ -257,6 +257,12 @@ impl Params {
         (self.level(word, now_units) > target).then(|| self.at_level(now_units, target))
     }
 
+    /// The word `debt` units in debt at `now_units`, for `debt` at most one unit past the
+    /// bound: the negative window has room for it on every word.
+    pub(crate) fn fenced(&self, now_units: u64, debt: u64) -> u64 {
+        self.at_level(now_units, -(debt.min(self.max_debt_units + 1) as i64))
+    }
+
     /// Units from `now_units` until the bucket is empty again: 0 when it holds tokens.
     pub(crate) fn debt(&self, word: u64, now_units: u64) -> u64 {
         self.level(word, now_units).min(0).unsigned_abs()
@@ -287,20 +293,31 @@ impl Params {
 /// 64-bit atomics).
 #[cfg(any(loom, target_has_atomic = "64"))]
 impl Params {
-    /// The word under `to` holding, at `now_ticks`, the tokens `word` holds under `self`: the
-    /// level kept as-is in tokens (fractions rounded toward fewer), less the part of a step that
-    /// `to`'s reading has not yet counted at `now_ticks` (it will count it at its next step,
-    /// and `self` may have counted it already), capped by the new burst; debt kept in tokens
-    /// too, clamped to the new debt bound. So a change of quota never mints, however often it
-    /// comes.
+    /// The word under `to` holding, at `now_ticks`, what `word` holds under `self`. Tokens are
+    /// kept as-is (fractions rounded toward fewer), less the part of a step that `to`'s reading
+    /// has not yet counted at `now_ticks` (it will count it at its next step, and `self` may
+    /// have counted it already), capped by the new burst. Debt is kept in time: the instant the
+    /// bucket is empty again stays where it was (read to the new resolution, never earlier), so a
+    /// pause still ends when it said and reservations still fall due when they said, clamped to
+    /// the new debt bound. So a change of quota never mints and never shortens a pause, however
+    /// often it comes.
     pub(crate) fn converted(&self, to: &Params, word: u64, now_ticks: u64) -> u64 {
-        let level = i128::from(self.level(word, self.units_at(now_ticks)));
-        let scaled = (level * i128::from(to.units_per_token.get()))
+        let now_units = self.units_at(now_ticks);
+        let level = self.level(word, now_units);
+        let to_now = to.units_at(now_ticks);
+        if level < 0 {
+            let ticks = self.ticks_until(now_ticks, level.unsigned_abs());
+            // One unit past the reading at the instant: the new reading reaches it no earlier.
+            let debt = to.elapsed(to.units_at(now_ticks.wrapping_add(ticks)), to_now) + 1;
+            let debt = debt.clamp(0, to.max_debt_units as i64);
+            return to.at_level(to_now, -debt);
+        }
+        let scaled = (i128::from(level) * i128::from(to.units_per_token.get()))
             .div_euclid(i128::from(self.units_per_token.get()));
         let level = (scaled - i128::from(to.uncounted(now_ticks)))
             .clamp(-i128::from(to.max_debt_units), i128::from(to.burst_units));
         // Within the new word's debt bound and burst: fits an i64.
-        to.at_level(to.units_at(now_ticks), level as i64)
+        to.at_level(to_now, level as i64)
     }
 
     /// Units accrued at `now_ticks` that the reading has not counted yet, rounded up: the part

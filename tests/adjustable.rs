@@ -69,17 +69,17 @@ fn debt_and_pauses_are_kept_across_a_change() {
         bucket.pause_for(Duration::from_secs(1)).resumes_after(),
         Duration::from_secs(1)
     );
-    // 10 tokens of debt at 10/s become 10 tokens of debt at 100/s: 100 ms, not 1 s.
+    // The pause of 1 s at 10/s stays a pause of 1 s at 100/s: debt is kept in time.
     bucket
         .set_quota(Quota::new(Rate::per_second(100)).burst(10))
         .unwrap();
-    // 110 ms, rounded up to the word's resolution.
+    // 1 s and one token's 10 ms, rounded up to the word's resolution.
     let Err(Denied::Insufficient { retry_after }) = bucket.try_acquire(1) else {
         panic!("granted in debt");
     };
     assert!(
-        retry_after >= Duration::from_millis(110)
-            && retry_after - Duration::from_millis(110) <= Duration::from_micros(1),
+        retry_after >= Duration::from_millis(1_010)
+            && retry_after - Duration::from_millis(1_010) <= Duration::from_micros(10),
         "{retry_after:?}"
     );
 }

@@ -69,40 +69,53 @@ impl Params {
             .unwrap_or(u64::MAX)
     }
 
-    /// The word paused from `now_ticks` for `ticks` (at most [`max_pause_ticks`]), or the
-    /// units of debt that already hold it at least as long.
+    /// The word paused from `now_ticks` for `ticks` (at most [`max_pause_ticks`]), and, when
+    /// debt already held it at least as long, the units of that debt.
+    ///
+    /// A word already held longer is still moved, by one unit (past the debt bound if need be):
+    /// reservations made before the pause then no longer stand last, so none of them can be
+    /// given back into the pause (see `Params::give_back`), which would end it early.
     pub(crate) fn paused_for(
         &self,
         word: u64,
         now_ticks: u64,
         now_units: u64,
         ticks: u64,
-    ) -> Result<u64, u64> {
+    ) -> Result<(u64, Option<u64>), ()> {
         let ticks = ticks.min(self.max_pause_ticks());
         // Read to the resolution: a grant needs the reading past the instant's, so none comes
         // before it.
         let resumes_at = now_ticks.wrapping_add(ticks);
         let pause_units = self.elapsed(self.units_at(resumes_at), now_units).max(0) as u64;
-        self.paused(word, now_units, pause_units)
-            .ok_or_else(|| self.debt(word, now_units))
+        if let Some(word) = self.paused(word, now_units, pause_units) {
+            return Ok((word, None));
+        }
+        // One unit past the debt bound at most: no reservation ever stands there, and a word
+        // already there is fenced.
+        let debt = self.debt(word, now_units);
+        if debt > self.max_debt_units {
+            return Err(());
+        }
+        Ok((self.fenced(now_units, debt + 1), Some(debt)))
     }
 
-    /// What a pause of `ticks` asked at `now_ticks` did, given the transition's outcome.
+    /// What a pause of `ticks` asked at `now_ticks` did, given the debt that already held the
+    /// bucket longer, if any (`Err` when the word was at its debt bound and left as it was).
     pub(crate) fn pause_answer<C: Clock>(
         &self,
         now_ticks: u64,
         ticks: u64,
-        outcome: Result<(), u64>,
+        longer: Result<Option<u64>, u64>,
     ) -> Pause {
         let max = self.max_pause_ticks();
-        match outcome {
-            Ok(()) if ticks > max => Pause::Clamped {
+        match longer {
+            Ok(None) if ticks > max => Pause::Clamped {
                 resumes_after: ticks_to_duration_ceil::<C>(max),
             },
-            Ok(()) => Pause::Paused {
+            Ok(None) => Pause::Paused {
                 resumes_after: ticks_to_duration_ceil::<C>(ticks),
             },
-            Err(debt_units) => Pause::AlreadyLonger {
+            Ok(Some(debt_units)) | Err(debt_units) => Pause::AlreadyLonger {
                 resumes_after: ticks_to_duration_ceil::<C>(self.ticks_until(now_ticks, debt_units)),
             },
         }
@@ -163,7 +176,7 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
         let p = &self.params;
         let outcome = self.update(now, |word, now_units| {
             p.paused_for(word, now, now_units, ticks)
-                .map(|word| (word, ()))
+                .map_err(|()| p.debt(word, now_units))
         });
         p.pause_answer::<C>(now, ticks, outcome)
     }
