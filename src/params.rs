@@ -572,10 +572,11 @@ const fn layout(
         return None;
     }
     let (negative_from, max_debt) = if narrow {
-        (
-            modulus - 2 * burst_units - 2 * units_per_quantum as u128,
-            burst_units,
-        )
+        let window = 2 * burst_units + 2 * units_per_quantum as u128;
+        if window >= modulus / 2 {
+            return None;
+        }
+        (modulus - window, burst_units)
     } else {
         (half, quarter)
     };
