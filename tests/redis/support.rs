@@ -1,5 +1,5 @@
-//! Servers the tests start for themselves, and worker processes: the test binary itself, run
-//! again with `TOLLGATE_WORKER` naming the role it plays.
+// Servers the tests start for themselves, and worker processes: the test binary itself, run
+// again with `TOLLGATE_WORKER` naming the role it plays.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};

@@ -1,13 +1,28 @@
 //! The script and the local bucket agree: the same (time, request) sequence gives the same
 //! decisions, the same `retry_after`, the same waits and the same tokens left. The script takes
-//! its `now` from the test here, and only here; the local bucket reads a `ManualClock`.
+//! its `now` from the test here, and only here, through a path that exists in the crate's own
+//! tests alone; the local bucket reads a `ManualClock`. The script's clock handling (a server
+//! clock stepped back or forward) is pinned here the same way.
+//!
+//! `cargo test --release --features redis --lib redis::` runs them, on a `redis-server` each
+//! test starts on a free loopback port.
 
+use std::format;
 use std::time::Duration;
+use std::vec::Vec;
 
-use tollgate::redis::{Client, Error, RedisBucket, RedisReservation, Source};
-use tollgate::{Denied, ManualClock, Quota, Rate, Reservation, TokenBucket};
+use super::{Client, Error, RedisBucket, RedisConnection, RedisReservation, Source};
+use crate::{Denied, ManualClock, Quota, Rate, Reservation, TokenBucket};
 
-use crate::support::{runtime, serial, RedisServer};
+/// The servers of `tests/redis/`, started the same way.
+#[allow(dead_code)]
+mod support {
+    use std::format;
+    use std::string::{String, ToString};
+    use std::vec::Vec;
+    include!("../../tests/redis/support.rs");
+}
+use support::{runtime, serial, RedisServer};
 
 /// A realistic Redis `TIME` in microseconds (November 2023), so the script's sums run near
 /// their real magnitudes.
@@ -47,10 +62,10 @@ async fn run_both(
         Duration::from_nanos(1),
         "{quota}: the local bucket must read its clock to the nanosecond to compare"
     );
-    let client = Client::open(server.url()).expect("client");
+    let client = RedisConnection::new(Client::open(server.url()).expect("client")).expect("conn");
     // Lazy, so that the first call, which applies the start fill, runs at T0 as the local
     // bucket's construction does.
-    let shared = RedisBucket::builder(client, key, quota)
+    let shared = RedisBucket::builder(&client, key, quota)
         .timeout(Duration::from_secs(2))
         .connect_lazy()
         .expect("connect");
@@ -296,4 +311,86 @@ fn ms(ms: u64) -> Duration {
 
 fn insufficient(retry_after: Duration) -> Denied {
     Denied::Insufficient { retry_after }
+}
+
+#[test]
+fn reservations_decades_long_agree_up_to_the_local_debt_bound() {
+    let _serial = serial();
+    let server = RedisServer::start();
+    // 2 tokens per 1.000003 ms, a burst of 10^9 (5.8 days of them): the local bucket reads its
+    // clock to the nanosecond and bounds debt at 2^61 ns (73 years); reservations of a whole
+    // burst each until both deny.
+    let quota = Quota::new(Rate::new(2, Duration::from_nanos(1_000_003)))
+        .burst(1_000_000_000)
+        .start_empty();
+    let steps: Vec<_> = (0..4_700)
+        .map(|_| (0, Step::Reserve(1_000_000_000, Duration::MAX)))
+        .chain([
+            (1_000, Step::CancelNewest),
+            (
+                1_000,
+                Step::Reserve(1_000_000_000, Duration::from_secs(3_600)),
+            ),
+        ])
+        .collect();
+    let seen = runtime().block_on(run_both(&server, "decades", quota, &steps));
+    let reserved = seen
+        .iter()
+        .filter(|seen| matches!(seen, Seen::Reserved { .. }))
+        .count();
+    let longest = seen.iter().filter_map(|seen| match seen {
+        Seen::Reserved { wait } => Some(*wait),
+        _ => None,
+    });
+    let longest = longest.max().unwrap();
+    std::println!("{reserved} reservations, the last due in {longest:?}");
+    assert!(reserved > 4_000, "{reserved}");
+    assert!(
+        longest > Duration::from_secs(72 * 365 * 86_400),
+        "{longest:?}"
+    );
+    assert!(
+        matches!(seen[4_699], Seen::Denied(Denied::Insufficient { .. })),
+        "{:?}",
+        seen[4_699]
+    );
+}
+
+/// The server's clock stepping: back credits nothing and adds no wait; forward credits at most
+/// the burst; either way the bucket serves normally at once.
+#[test]
+fn a_server_clock_step_credits_at_most_a_burst_and_locks_nothing() {
+    let _serial = serial();
+    let server = RedisServer::start();
+    runtime().block_on(async {
+        let client = RedisConnection::new(Client::open(server.url()).unwrap()).unwrap();
+        let quota = Quota::new(Rate::per_second(10)).burst(10);
+        let bucket = RedisBucket::builder(&client, "clock", quota)
+            .connect_lazy()
+            .unwrap();
+        let remaining = |grant: super::Grant| grant.level.unwrap().remaining;
+        let at = |us: i64| bucket.pin_script_now(Some((T0_US as i64 + us) as u64));
+        // (µs after T0, tokens asked, what is left after, or None if denied)
+        let rows: [(i64, u32, Option<u64>); 11] = [
+            (0, 1, Some(9)),
+            // 2 h back: the 9 tokens are still there, and the tenth is owed 100 ms later
+            (-7_200_000_000, 9, Some(0)),
+            (-7_200_000_000, 1, None),
+            (-7_199_900_000, 1, Some(0)),
+            // 60 s forward: full, no more
+            (60_000_000, 10, Some(0)),
+            (60_000_000, 1, None),
+            // and back again: the bucket keeps the level it had (empty), refilling from now
+            (0, 1, None),
+            (100_000, 1, Some(0)),
+            (1_000_000, 9, Some(0)),
+            (2_000_000, 10, Some(0)),
+            (2_000_000, 1, None),
+        ];
+        for (us, n, want) in rows {
+            at(us);
+            let got = bucket.try_acquire(n).await.ok().map(remaining);
+            assert_eq!(got, want, "at {us} µs, {n} tokens");
+        }
+    });
 }
