@@ -212,12 +212,23 @@ fn a_frozen_server_times_out_and_recovers() {
             "{took:?}"
         );
         assert_eq!(open.try_acquire(1).await.unwrap().source, Source::Open);
-        let grant = fallback.try_acquire(1).await.unwrap();
-        assert_eq!(grant.source, Source::Fallback);
-        assert_eq!(grant.level.unwrap().remaining, 1); // burst 2, one taken
-                                                       // A reservation falls back too, and cancels locally.
+        // The local bucket starts empty when the outage begins: 10/s, no burst on top of what
+        // Redis had left.
+        let denied = fallback.try_acquire(1).await;
+        assert!(
+            matches!(
+                denied,
+                Err(Error::Denied {
+                    source: Source::Fallback,
+                    ..
+                })
+            ),
+            "{denied:?}"
+        );
+        // A reservation falls back too, waits for the local rate, and cancels locally.
         let reservation = fallback.reserve(2, Duration::from_secs(1)).await.unwrap();
         assert_eq!(reservation.source(), Source::Fallback);
+        assert!(reservation.wait() > Duration::from_millis(50), "{reservation:?}");
         fallback.cancel(reservation).await.unwrap();
 
         server.signal("CONT");
