@@ -297,6 +297,56 @@ fn a_stalled_server_keeps_every_policy_within_its_bound() {
     check_outage("stall", &grants, run, from, outage);
 }
 
+/// The stall, exactly: 10 tasks call `acquire(1)` while the server is frozen for 2 s;
+/// every call gives up after its timeout, and when the server thaws, the 200-odd calls queued
+/// in its socket take nothing: the bucket is full, and serves at once.
+#[test]
+fn calls_given_up_during_a_stall_take_nothing_when_it_thaws() {
+    let _serial = serial();
+    let server = RedisServer::start();
+    runtime().block_on(async {
+        let connection = RedisConnection::new(Client::open(server.url()).unwrap()).unwrap();
+        let bucket = RedisBucket::builder(&connection, "thawed", quota())
+            .timeout(TIMEOUT)
+            .connect()
+            .await
+            .unwrap();
+        server.signal("STOP");
+        let began = Instant::now();
+        let mut tasks = Vec::new();
+        for _ in 0..10 {
+            let bucket = bucket.clone();
+            tasks.push(tokio::spawn(async move {
+                let (mut calls, mut granted) = (0, 0);
+                while began.elapsed() < Duration::from_secs(2) {
+                    calls += 1;
+                    if bucket.acquire(1).await.is_ok() {
+                        granted += 1;
+                    }
+                }
+                (calls, granted)
+            }));
+        }
+        let (mut calls, mut granted) = (0, 0);
+        for task in tasks {
+            let (c, g) = task.await.unwrap();
+            calls += c;
+            granted += g;
+        }
+        server.signal("CONT");
+        // The queued calls run as soon as the server thaws, before this one.
+        let level = bucket.level().await.expect("level");
+        println!(
+            "    thaw   closed: {calls} calls during the stall, {granted} granted; after it the bucket holds {} of {BURST}, full in {:?}",
+            level.remaining, level.until_full
+        );
+        assert_eq!(granted, 0);
+        assert!(calls >= 50, "{calls}");
+        assert_eq!(level.remaining, BURST, "the stale calls took tokens");
+        bucket.try_acquire(BURST as u32).await.expect("served at once");
+    });
+}
+
 /// A partition: the proxy holds every byte both ways for 2 s, then lets them through.
 #[test]
 fn a_partition_keeps_every_policy_within_its_bound() {

@@ -228,7 +228,10 @@ fn a_frozen_server_times_out_and_recovers() {
         // A reservation falls back too, waits for the local rate, and cancels locally.
         let reservation = fallback.reserve(2, Duration::from_secs(1)).await.unwrap();
         assert_eq!(reservation.source(), Source::Fallback);
-        assert!(reservation.wait() > Duration::from_millis(50), "{reservation:?}");
+        assert!(
+            reservation.wait() > Duration::from_millis(50),
+            "{reservation:?}"
+        );
         fallback.cancel(reservation).await.unwrap();
 
         server.signal("CONT");
