@@ -82,6 +82,8 @@ impl Builder {
                 start_pending: AtomicBool::new(true),
                 #[cfg(test)]
                 fixed_now_us: AtomicU64::new(u64::MAX),
+                #[cfg(test)]
+                deadline_when_pinned: AtomicBool::new(false),
             }),
         })
     }

@@ -96,6 +96,10 @@ struct Inner {
     /// The crate's agreement tests pin the script's clock here; `u64::MAX` reads `TIME`.
     #[cfg(test)]
     fixed_now_us: AtomicU64,
+    /// Whether a pinned clock still gets the deadline, as `TIME` would (for the clock-step
+    /// tests, which pin it near the real time).
+    #[cfg(test)]
+    deadline_when_pinned: AtomicBool,
 }
 
 enum Policy {
@@ -408,6 +412,17 @@ impl RedisBucket {
     /// Makes the script take `now_us` (microseconds) as its clock instead of Redis `TIME`, and
     /// set no expiry; `None` goes back to `TIME`.
     #[cfg(test)]
+    pub(crate) fn pin_script_now_with_deadline(&self, now_us: u64) {
+        // Relaxed: test settings read by later calls of the same task.
+        self.inner
+            .deadline_when_pinned
+            .store(true, Ordering::Relaxed);
+        self.pin_script_now(Some(now_us));
+    }
+
+    /// Makes the script take `now_us` (microseconds) as its clock instead of Redis `TIME`, and
+    /// set no expiry; `None` goes back to `TIME`.
+    #[cfg(test)]
     pub(crate) fn pin_script_now(&self, now_us: Option<u64>) {
         // Relaxed: a test setting read by later calls of the same task.
         self.inner
@@ -502,6 +517,10 @@ impl Inner {
         };
         #[cfg(not(test))]
         let fixed_now: Option<u64> = None;
+        #[cfg(test)]
+        let pinned_deadline = self.deadline_when_pinned.load(Ordering::Relaxed);
+        #[cfg(not(test))]
+        let pinned_deadline = false;
         let (generation, mut manager) = shared.manager();
         let sent_us = shared.local_us();
         let deadline_us = shared.redis_now_us() + (self.timeout / 2).as_micros() as i64;
@@ -530,6 +549,7 @@ impl Inner {
             .arg(debt_us)
             .arg(debt_frac);
         match fixed_now {
+            Some(now_us) if pinned_deadline => invocation.arg(deadline_us).arg(now_us),
             Some(now_us) => invocation.arg("").arg(now_us),
             None => invocation.arg(deadline_us).arg(""),
         };

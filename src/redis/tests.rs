@@ -394,3 +394,31 @@ fn a_server_clock_step_credits_at_most_a_burst_and_locks_nothing() {
         }
     });
 }
+
+/// A server clock stepped 60 s forward and back, near the real time, with the deadline on:
+/// the first call after the step runs past its deadline by the old clock, does nothing, and is
+/// retried at once with Redis's new time, so no call fails for it; a step back leaves the
+/// deadline far ahead, and the call is served too.
+#[test]
+fn a_server_clock_step_fails_no_call() {
+    let _serial = serial();
+    let server = RedisServer::start();
+    runtime().block_on(async {
+        let client = RedisConnection::new(Client::open(server.url()).unwrap()).unwrap();
+        let quota = Quota::new(Rate::per_second(10)).burst(10);
+        let bucket = RedisBucket::builder(&client, "stepped", quota)
+            .timeout(Duration::from_millis(200))
+            .connect_lazy()
+            .unwrap();
+        let real_us = || support::unix_us();
+        let left = |grant: super::Grant| grant.level.unwrap().remaining;
+        bucket.pin_script_now_with_deadline(real_us());
+        assert_eq!(left(bucket.try_acquire(1).await.expect("before")), 9);
+        bucket.pin_script_now_with_deadline(real_us() + 60_000_000);
+        let forward = bucket.try_acquire(1).await.expect("after 60 s forward");
+        assert_eq!(left(forward), 9, "full at most, one taken");
+        bucket.pin_script_now_with_deadline(real_us());
+        let back = bucket.try_acquire(9).await.expect("after 60 s back");
+        assert_eq!(left(back), 0, "the level kept, nothing locked");
+    });
+}
