@@ -607,6 +607,74 @@ fn a_rotated_password_is_an_error_and_the_connection_recovers() {
     });
 }
 
+/// A server turned into a read-only replica, and one out of memory: errors every policy
+/// returns (no grant open or from the fallback), and the same buckets are served within a
+/// second once the server is fixed.
+#[test]
+fn misconfiguration_is_an_error_under_every_policy() {
+    let _serial = serial();
+    let server = RedisServer::start();
+    let nobody = crate::support::free_port().to_string();
+    runtime().block_on(async {
+        let connection = RedisConnection::new(Client::open(server.url()).unwrap()).unwrap();
+        let buckets: Vec<_> = POLICIES
+            .into_iter()
+            .map(|name| {
+                let bucket = RedisBucket::builder(&connection, format!("misc-{name}"), quota())
+                    .policy(policy(name))
+                    .timeout(TIMEOUT)
+                    .connect_lazy()
+                    .unwrap();
+                (name, bucket)
+            })
+            .collect();
+        let breakages: [(&str, &[&str], &[&str]); 2] = [
+            (
+                "READONLY",
+                &["REPLICAOF", "127.0.0.1", &nobody],
+                &["REPLICAOF", "NO", "ONE"],
+            ),
+            (
+                "OOM",
+                &["CONFIG", "SET", "maxmemory", "1"],
+                &["CONFIG", "SET", "maxmemory", "0"],
+            ),
+        ];
+        for (what, break_it, fix_it) in breakages {
+            for (_, bucket) in &buckets {
+                bucket.try_acquire(1).await.expect("served before");
+            }
+            server.command(break_it);
+            for (name, bucket) in &buckets {
+                let result = bucket.try_acquire(1).await;
+                match &result {
+                    Err(Error::Rejected(error)) => {
+                        let said = error.to_string().to_lowercase();
+                        assert!(said.contains(&what.to_lowercase()), "{name}: {error}")
+                    }
+                    other => panic!("{what} {name}: {other:?}"),
+                }
+            }
+            server.command(fix_it);
+            let fixed = Instant::now();
+            for (name, bucket) in &buckets {
+                while bucket.try_acquire(1).await.map(|g| g.source).ok() != Some(Source::Redis) {
+                    assert!(
+                        fixed.elapsed() < Duration::from_secs(1),
+                        "{what} {name}: not served a second after the fix"
+                    );
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+            println!(
+                "  {what:>8}      all: Error::Rejected under every policy, served again {} ms \
+                 after the fix",
+                fixed.elapsed().as_millis()
+            );
+        }
+    });
+}
+
 /// Values that are not buckets heal into a full bucket with an expiry; a key of another type
 /// is an error every policy returns.
 #[test]
