@@ -675,6 +675,75 @@ fn misconfiguration_is_an_error_under_every_policy() {
     });
 }
 
+/// A server restarted with 600 000 keys to load answers `LOADING` for a while: a fault the
+/// policy decides (not an error), and the same connection is served once it has loaded.
+#[test]
+fn a_loading_server_is_a_fault_and_the_connection_recovers() {
+    let _serial = serial();
+    let server = Arc::new(Mutex::new(RedisServer::start()));
+    server
+        .lock()
+        .unwrap()
+        .command(&["DEBUG", "POPULATE", "600000"]);
+    server.lock().unwrap().command(&["SAVE"]);
+    let url = server.lock().unwrap().url();
+    runtime().block_on(async {
+        let connection = RedisConnection::new(Client::open(url).unwrap()).unwrap();
+        let build = |name: &str| {
+            RedisBucket::builder(&connection, format!("loading-{name}"), quota())
+                .policy(policy(name))
+                .timeout(TIMEOUT)
+                .connect_lazy()
+                .unwrap()
+        };
+        let (closed, open) = (build("closed"), build("open"));
+        closed.try_acquire(1).await.expect("served before");
+        let restarted = Arc::clone(&server);
+        let restart = std::thread::spawn(move || {
+            let mut server = restarted.lock().unwrap();
+            server.kill();
+            server.restart(); // returns once the server answers PING: loaded
+            Instant::now()
+        });
+        let (mut loading, mut open_grants, mut rejected) = (0, 0, 0);
+        while !restart.is_finished() {
+            match closed.try_acquire(1).await {
+                Err(Error::Unavailable(fault)) if fault.to_string().to_lowercase().contains("loading") => {
+                    loading += 1
+                }
+                Err(Error::Rejected(_)) => rejected += 1,
+                _ => {}
+            }
+            match open.try_acquire(1).await {
+                Ok(grant) if grant.source == Source::Open => open_grants += 1,
+                Err(Error::Rejected(_)) => rejected += 1,
+                _ => {}
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let loaded = restart.join().unwrap();
+        let mut served_after = None;
+        while served_after.is_none() {
+            if let Ok(grant) = closed.try_acquire(1).await {
+                assert_eq!(grant.source, Source::Redis);
+                served_after = Some(loaded.elapsed());
+            }
+            assert!(
+                loaded.elapsed() < Duration::from_secs(1),
+                "not served after loading"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        println!(
+            "  LOADING   closed: {loading} calls answered LOADING (Unavailable), open: \
+             {open_grants} granted open, 0 rejected; served {:?} after loading",
+            served_after.unwrap()
+        );
+        assert_eq!(rejected, 0);
+        assert!(loading >= 1, "no call saw the server loading");
+    });
+}
+
 /// Values that are not buckets heal into a full bucket with an expiry; a key of another type
 /// is an error every policy returns.
 #[test]

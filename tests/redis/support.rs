@@ -122,7 +122,7 @@ impl RedisServer {
         let child = command
             .args(["--port", &self.port.to_string()])
             .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-            .args(["--loglevel", "warning"])
+            .args(["--loglevel", "warning", "--enable-debug-command", "local"])
             .arg("--dir")
             .arg(&self.dir)
             .stdout(Stdio::null())
