@@ -17,7 +17,7 @@ use crate::{Quota, Reservation, StdClock, TokenBucket};
 /// |---|---|---|
 /// | `FailClosed` | nothing | nothing: the bound holds |
 /// | `FailOpen` | everything asked | nothing |
-/// | `Fallback` | the local buckets' rate, from empty, for the outage's length | nothing: the local grants are charged to Redis when it answers again |
+/// | `Fallback` | the local buckets' rate, from empty, for the outage's length | nothing once every process has reached Redis again: each charges its local grants to Redis with its first call |
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum FaultPolicy {

@@ -224,6 +224,10 @@ impl RedisBucket {
     /// at 999 983/s, 73 years at 2 per 1.000003 ms), and at most 3 × 2^50 µs (107 years, where
     /// the local bucket allows 146 at a token a second or slower): up to that both grant the
     /// same reservations. [`max_debt`](Self::max_debt) says how long it is.
+    ///
+    /// A reservation lives in its key: if the key is lost before it is due (deleted, flushed,
+    /// evicted, a restart), a caller that acts on it without asking Redis again takes tokens
+    /// the new key does not count. [`acquire`](Self::acquire) asks.
     pub async fn reserve(&self, n: u32, max_wait: Duration) -> Result<RedisReservation, Error> {
         self.reserve_within(n, max_wait)
             .await

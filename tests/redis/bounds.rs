@@ -708,7 +708,9 @@ fn a_loading_server_is_a_fault_and_the_connection_recovers() {
         let (mut loading, mut open_grants, mut rejected) = (0, 0, 0);
         while !restart.is_finished() {
             match closed.try_acquire(1).await {
-                Err(Error::Unavailable(fault)) if fault.to_string().to_lowercase().contains("loading") => {
+                Err(Error::Unavailable(fault))
+                    if fault.to_string().to_lowercase().contains("loading") =>
+                {
                     loading += 1
                 }
                 Err(Error::Rejected(_)) => rejected += 1,
