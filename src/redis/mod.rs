@@ -220,10 +220,10 @@ impl RedisBucket {
     /// Reservations queue in the order Redis receives them, from every process: each runs the
     /// shared bucket further into debt and is due when that debt is paid. If the wait would
     /// exceed `max_wait`, nothing is taken and `retry_after` says when the same call would
-    /// succeed. Debt is bounded as the local bucket's on a nanosecond clock bounds it (4 611 s
-    /// at 999 983/s, 73 years at 2 per 1.000003 ms), and at most 3 × 2^50 µs (107 years, where
-    /// the local bucket allows 146 at a token a second or slower): up to that both grant the
-    /// same reservations. [`max_debt`](Self::max_debt) says how long it is.
+    /// succeed. Debt is bounded as the local bucket's on a nanosecond clock bounds it (73 years
+    /// at 2 per 1.000003 ms), and at most 3 × 2^50 µs (107 years, the bound at 999 983/s and
+    /// most rates, where the local bucket allows up to 146): up to that both grant the same
+    /// reservations. [`max_debt`](Self::max_debt) says how long it is.
     ///
     /// A reservation lives in its key: if the key is lost before it is due (deleted, flushed,
     /// evicted, a restart), a caller that acts on it without asking Redis again takes tokens

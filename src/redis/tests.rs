@@ -424,3 +424,43 @@ fn a_server_clock_step_fails_no_call() {
         assert_eq!(left(back), 0, "the level kept, nothing locked");
     });
 }
+
+/// The long reservation the local bucket grants at 999 983/s, where it reads its clock to
+/// 2.048 µs and rounds the rate down by less than one part in 2^20 (it cannot hold this rate
+/// exactly for a century): Redis, exact, grants it too, with the same wait to within that.
+#[test]
+fn a_reservation_of_2000_s_is_granted_by_both() {
+    let _serial = serial();
+    let server = RedisServer::start();
+    runtime().block_on(async {
+        let client = RedisConnection::new(Client::open(server.url()).unwrap()).unwrap();
+        let quota = Quota::new(Rate::per_second(999_983))
+            .burst(1_000_000_000)
+            .start_empty();
+        let clock = ManualClock::starting_at(T0_US * 1_000);
+        let local = TokenBucket::try_new(quota, &clock).unwrap();
+        let shared = RedisBucket::builder(&client, "long", quota)
+            .connect_lazy()
+            .unwrap();
+        shared.pin_script_now(Some(T0_US));
+        let hour = Duration::from_secs(3_600);
+        for _ in 0..3 {
+            let mine = local.reserve(1_000_000_000, hour).map(|r| r.wait());
+            let theirs = shared.reserve(1_000_000_000, hour).await.map(|r| r.wait());
+            match (mine, theirs) {
+                (Ok(mine), Ok(theirs)) => {
+                    let apart = mine.abs_diff(theirs);
+                    let rounding = mine / (1 << 20) + local.resolution();
+                    assert!(
+                        !local.is_exact() && apart <= rounding,
+                        "{mine:?} {theirs:?}"
+                    );
+                }
+                (mine, theirs) => panic!("local {mine:?}, Redis {theirs:?}"),
+            }
+        }
+        // A fourth would wait 4 000 s: both deny.
+        assert!(local.reserve(1_000_000_000, hour).is_err());
+        assert!(shared.reserve(1_000_000_000, hour).await.is_err());
+    });
+}
