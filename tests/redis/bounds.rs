@@ -802,6 +802,14 @@ fn a_value_that_is_not_a_bucket_heals() {
                 "{name}: {result:?}"
             );
         }
+        // `connect` says Redis answered, and with what, rather than "cannot reach".
+        let refused = RedisBucket::builder(&connection, "listed", quota())
+            .connect()
+            .await;
+        match refused {
+            Err(SetupError::Refused(said)) => assert!(said.contains("WRONGTYPE"), "{said}"),
+            other => panic!("{other:?}"),
+        }
     });
 }
 
