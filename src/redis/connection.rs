@@ -16,7 +16,8 @@ use super::{Fault, SetupError};
 /// A process needs one per server: its buckets (a hundred thousand of them, say, one per
 /// user) send their calls over this single TCP connection, concurrently, and it is
 /// re-established after any error: a dropped link, a restarted or loading server, a failed
-/// authentication (once the password works again). Clones are cheap and share it.
+/// authentication (once the password works again), a link silent for a second while calls
+/// time out. Clones are cheap and share it.
 ///
 /// ```no_run
 /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
@@ -46,7 +47,15 @@ pub(super) struct Shared {
     base: Instant,
     /// Redis `TIME` minus microseconds since `base`, as last seen: Redis's clock, estimated.
     offset_us: AtomicI64,
+    /// Microseconds since `base` when Redis last answered, or when a silent connection was
+    /// last replaced.
+    last_answer_us: AtomicI64,
 }
+
+/// A connection that has answered nothing for this long while calls timed out is replaced: a
+/// link that went silent without a reset (a partition, a server gone without a word) would
+/// otherwise wait for the kernel to give up on it, many minutes later.
+const SILENCE_US: i64 = 1_000_000;
 
 /// How long a connection attempt may take; each call's own timeout bounds it too.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -71,6 +80,7 @@ impl RedisConnection {
                 script: Script::new(include_str!("script.lua")),
                 base,
                 offset_us: AtomicI64::new(unix_us),
+                last_answer_us: AtomicI64::new(0),
             }),
         })
     }
@@ -180,6 +190,17 @@ impl Shared {
         }
     }
 
+    /// Notes that a call made on `generation` timed out: replaces the connection if it has been
+    /// silent for a second (at most once a second).
+    pub(super) fn timed_out(&self, generation: u64) {
+        let now = self.local_us();
+        // Relaxed: a heuristic; two callers racing replace it once (the generation decides).
+        if now - self.last_answer_us.load(Ordering::Relaxed) > SILENCE_US {
+            self.last_answer_us.store(now, Ordering::Relaxed);
+            self.replace(generation);
+        }
+    }
+
     fn replace(&self, generation: u64) {
         let mut guard = self.manager.lock().unwrap_or_else(PoisonError::into_inner);
         if guard.0 != generation {
@@ -207,5 +228,6 @@ impl Shared {
     /// Records Redis `TIME` from a reply seen at `local_us`.
     pub(super) fn saw_redis_time(&self, redis_us: i64, local_us: i64) {
         self.offset_us.store(redis_us - local_us, Ordering::Relaxed);
+        self.last_answer_us.store(local_us, Ordering::Relaxed);
     }
 }

@@ -589,9 +589,13 @@ impl Inner {
         let (status, debt_us, debt_frac, now_us, epoch) =
             match tokio::time::timeout(self.timeout, answer).await {
                 Ok(Ok(reply)) => reply,
-                Ok(Err(error)) if error.is_timeout() => return Err(timeout),
-                Ok(Err(error)) => return Err(shared.classify(generation, error)),
-                Err(_) => return Err(timeout),
+                Ok(Err(error)) if !error.is_timeout() => {
+                    return Err(shared.classify(generation, error))
+                }
+                Ok(Err(_)) | Err(_) => {
+                    shared.timed_out(generation);
+                    return Err(timeout);
+                }
             };
         let seen_us = shared.local_us();
         shared.saw_redis_time(now_us, seen_us);

@@ -380,6 +380,56 @@ fn a_partition_keeps_every_policy_within_its_bound() {
     check_outage("partition", &grants, run, from, outage);
 }
 
+/// A link that goes silent without a reset: after a second of timeouts the connection is
+/// replaced (the server sees a new one arrive through the proxy while the old one is held),
+/// and the bucket is served as soon as the link heals.
+#[test]
+fn a_silent_link_is_replaced() {
+    let _serial = serial();
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port);
+    let received = || -> u64 {
+        let info = server.cli(None, &["INFO", "stats"]);
+        info.lines()
+            .find_map(|line| line.strip_prefix("total_connections_received:"))
+            .and_then(|n| n.trim().parse().ok())
+            .expect("INFO stats")
+    };
+    runtime().block_on(async {
+        let connection = RedisConnection::new(Client::open(proxy.url()).unwrap()).unwrap();
+        let bucket = RedisBucket::builder(&connection, "silent", quota())
+            .timeout(TIMEOUT)
+            .connect()
+            .await
+            .unwrap();
+        let before = received();
+        proxy.hold(true);
+        let held = Instant::now();
+        while held.elapsed() < Duration::from_millis(2_500) {
+            let _ = bucket.try_acquire(1).await;
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // Less the connection of this `INFO` itself.
+        let during = received() - before - 1;
+        proxy.hold(false);
+        let healed = Instant::now();
+        while bucket.try_acquire(1).await.map(|g| g.source).ok() != Some(Source::Redis) {
+            assert!(
+                healed.elapsed() < Duration::from_secs(2),
+                "not served after healing"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        println!(
+            "   silent   closed: {during} new connection attempt(s) during 2.5 s of silence; served \
+             {} ms after the link healed",
+            healed.elapsed().as_millis()
+        );
+        // At most one replacement a second, each trying to connect at most twice.
+        assert!((1..=6).contains(&during), "{during} new connections");
+    });
+}
+
 /// The link cut for 1.5 s: connections reset and refused, then accepted again.
 #[test]
 fn a_cut_link_keeps_every_policy_within_its_bound() {
