@@ -11,7 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use tollgate::redis::{Client, RedisBucket};
+use tollgate::redis::{Client, RedisBucket, RedisConnection};
 use tollgate::{Quota, Rate};
 
 struct Server {
@@ -83,10 +83,13 @@ fn redis(c: &mut Criterion) {
         .expect("runtime");
     // A rate no benchmark exhausts: every call is granted and costs one script run.
     let quota = Quota::new(Rate::per_second(1_000_000_000)).burst(1_000_000);
-    let client = Client::open(format!("redis://127.0.0.1:{}/", server.port)).unwrap();
+    let _runtime = rt.enter();
+    let client =
+        RedisConnection::new(Client::open(format!("redis://127.0.0.1:{}/", server.port)).unwrap())
+            .unwrap();
     let bucket = rt
         .block_on(
-            RedisBucket::builder(client, "bench", quota)
+            RedisBucket::builder(&client, "bench", quota)
                 .timeout(Duration::from_secs(1))
                 .connect(),
         )

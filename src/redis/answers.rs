@@ -2,10 +2,22 @@
 
 use core::time::Duration;
 
-use crate::{Quota, Reservation};
+use std::sync::Arc;
+
+use crate::{Quota, Reservation, StdClock, TokenBucket};
 
 /// What a bucket does while Redis cannot answer (a connection refused or dropped, a server
-/// restarting, no answer within the timeout).
+/// restarting or loading, no answer within the timeout). Errors that Redis answers because
+/// something is misconfigured are not outages: every policy returns them as
+/// [`Error::Rejected`](super::Error::Rejected).
+///
+/// What the fleet may grant, on top of the shared bound `burst + rate × elapsed`:
+///
+/// | policy | during an outage | after it |
+/// |---|---|---|
+/// | `FailClosed` | nothing | nothing: the bound holds |
+/// | `FailOpen` | everything asked | nothing |
+/// | `Fallback` | the local buckets' rate, from empty, for the outage's length | nothing once every process has reached Redis again: each charges its local grants to Redis with its first call |
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum FaultPolicy {
@@ -18,12 +30,19 @@ pub enum FaultPolicy {
     /// Decide with a local bucket of this quota, kept in this process ([`Source::Fallback`]).
     /// Size it as this process's share of the shared quota, so that all processes together stay
     /// within it: see [`fallback_share`](Self::fallback_share).
+    ///
+    /// The local bucket starts empty at each outage (its start fill is ignored), so it grants
+    /// at most its rate times the outage's length, never a burst on top of what Redis has left.
+    /// What it granted is charged to the shared bucket by the first call that reaches Redis
+    /// again (running it into debt if need be), so the fleet's grants over any span that
+    /// contains whole outages stay within the shared bound. A reservation cancelled during the
+    /// outage is charged all the same (fewer grants, never more).
     Fallback(Quota),
 }
 
 impl FaultPolicy {
-    /// A local fallback with `1/parts` of `quota`'s rate and burst (at least one token),
-    /// starting full: `parts` processes falling back together grant at most the quota.
+    /// A local fallback with `1/parts` of `quota`'s rate and burst (at least one token):
+    /// `parts` processes falling back together grant at most the quota's rate.
     pub const fn fallback_share(quota: Quota, parts: u64) -> Self {
         let burst = match quota.burst_size().checked_div(parts) {
             Some(0) | None => 1,
@@ -78,10 +97,13 @@ pub struct RedisReservation {
 pub(super) enum Held {
     /// The bucket right after the grant, as the script reported it: the instant it is due.
     Redis {
-        now_us: i64,
-        level: i64,
+        /// The instant it is due, as the script's pair of microseconds and units.
+        due: (i64, i64),
+        /// When the key it was made in was created.
+        epoch: i64,
     },
-    Fallback(Reservation),
+    /// The local bucket of the outage it was made in.
+    Fallback(Arc<TokenBucket<StdClock>>, Reservation),
     Open,
     Nothing,
 }
@@ -101,7 +123,7 @@ impl RedisReservation {
     pub fn source(&self) -> Source {
         match self.held {
             Held::Redis { .. } | Held::Nothing => Source::Redis,
-            Held::Fallback(_) => Source::Fallback,
+            Held::Fallback(..) => Source::Fallback,
             Held::Open => Source::Open,
         }
     }

@@ -21,6 +21,10 @@ pub enum Error {
     },
     /// Redis could not answer and the policy is [`FaultPolicy::FailClosed`](super::FaultPolicy).
     Unavailable(Fault),
+    /// Redis answered with an error that no fault policy papers over: something is
+    /// misconfigured (the key holds another type, authentication failed, the server is a
+    /// read-only replica or out of memory, the user may not run scripts). Nothing was taken.
+    Rejected(::redis::RedisError),
 }
 
 impl Error {
@@ -29,7 +33,7 @@ impl Error {
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
             Error::Denied { denied, .. } => denied.retry_after(),
-            Error::Unavailable(_) => None,
+            Error::Unavailable(_) | Error::Rejected(_) => None,
         }
     }
 }
@@ -41,6 +45,7 @@ impl fmt::Display for Error {
             Error::Unavailable(fault) => {
                 write!(f, "rate limit unavailable (failing closed): {fault}")
             }
+            Error::Rejected(error) => write!(f, "Redis rejected the rate limit's call: {error}"),
         }
     }
 }
@@ -50,6 +55,7 @@ impl std::error::Error for Error {
         match self {
             Error::Denied { denied, .. } => Some(denied),
             Error::Unavailable(fault) => Some(fault),
+            Error::Rejected(error) => Some(error),
         }
     }
 }
@@ -70,20 +76,24 @@ impl Error {
     }
 }
 
-/// Why Redis could not answer. The connection is re-established by the next call; the caller
-/// does nothing.
+/// Why a call to Redis failed: it could not answer (the connection is re-established by the
+/// next call; the caller does nothing), or it answered with an error.
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum Fault {
     /// No answer within the bucket's timeout: a server that hangs, a network that drops
-    /// packets, a reconnection still under way. The script may still have run: its tokens are
-    /// then lost to the caller, never granted twice.
+    /// packets, a reconnection still under way. A script that Redis runs more than half the
+    /// timeout after the call was sent takes nothing; one that ran sooner and whose answer was
+    /// lost keeps its tokens, never granted twice.
     Timeout {
         /// The timeout that elapsed.
         after: Duration,
     },
-    /// The connection failed or dropped, or Redis answered with an error.
+    /// The connection failed or dropped, or Redis is loading, busy or failing over.
     Redis(::redis::RedisError),
+    /// Redis answered with an error that says something is misconfigured: see
+    /// [`Error::Rejected`].
+    Rejected(::redis::RedisError),
 }
 
 impl fmt::Display for Fault {
@@ -91,6 +101,7 @@ impl fmt::Display for Fault {
         match self {
             Fault::Timeout { after } => write!(f, "no answer from Redis within {after:?}"),
             Fault::Redis(error) => write!(f, "Redis: {error}"),
+            Fault::Rejected(error) => write!(f, "Redis rejected the call: {error}"),
         }
     }
 }
@@ -99,7 +110,7 @@ impl std::error::Error for Fault {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             Fault::Timeout { .. } => None,
-            Fault::Redis(error) => Some(error),
+            Fault::Redis(error) | Fault::Rejected(error) => Some(error),
         }
     }
 }
@@ -117,9 +128,12 @@ pub enum SetupError {
     Unrepresentable,
     /// The fallback quota of [`FaultPolicy::Fallback`](super::FaultPolicy) is invalid.
     Fallback(ConfigError),
-    /// The connection could not be set up, or Redis was unreachable when
-    /// [`connect`](super::Builder::connect) required it.
-    Redis(String),
+    /// Redis could not be reached when [`connect`](super::Builder::connect) required it (or
+    /// there was no tokio runtime to connect from).
+    Unreachable(String),
+    /// Redis was reached and answered with an error: a wrong password, a key of another type,
+    /// a read-only replica.
+    Refused(String),
 }
 
 impl fmt::Display for SetupError {
@@ -131,7 +145,8 @@ impl fmt::Display for SetupError {
                  count tokens in coarser units or lower the burst",
             ),
             SetupError::Fallback(error) => write!(f, "invalid fallback quota: {error}"),
-            SetupError::Redis(error) => write!(f, "cannot reach Redis: {error}"),
+            SetupError::Unreachable(error) => write!(f, "cannot reach Redis: {error}"),
+            SetupError::Refused(error) => write!(f, "Redis refused: {error}"),
         }
     }
 }

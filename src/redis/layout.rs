@@ -1,18 +1,20 @@
 //! How a quota maps onto the script's integers: microseconds of Redis `TIME`, and units in which
-//! both a microsecond and a token are whole numbers, every one of them below 2^53.
+//! both a microsecond and a token are whole numbers. The script holds instants and amounts as
+//! pairs (whole microseconds, units beyond them), every number far below 2^53.
 
 use core::time::Duration;
 
 use super::SetupError;
 use crate::rate::gcd;
-use crate::{ConfigError, Quota};
+use crate::{ConfigError, Quota, StdClock, TokenBucket};
 
-/// Burst and debt bound, in units: each a quarter of the 2^52 that a product may reach.
-const QUARTER: u64 = 1 << 50;
-/// Products of an elapsed time and the rate stay within 2^52.
-const PRODUCT: u64 = 1 << 52;
-/// The finest rate: 2^40 units per microsecond keeps the horizon above 4 ms.
+/// The largest burst, in units.
+const MAX_BURST_UNITS: u64 = 1 << 50;
+/// The finest rate: the units beyond a whole microsecond stay below 2^40.
 const MAX_UNITS_PER_US: u64 = 1 << 40;
+/// The longest debt, in microseconds (107 years): an instant, a debt and a burst (at most 2^50
+/// µs) add up to less than 2^53 µs until the year 2100.
+const MAX_DEBT_US: u128 = 3 << 50;
 
 /// A quota in the script's units.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -27,11 +29,9 @@ pub(crate) struct Layout {
     pub burst_units: u64,
     /// The start fill in units.
     pub start_units: u64,
-    /// The deepest debt reservations may run, in units: 2^50, decades at any rate.
-    pub max_debt_units: u64,
-    /// Elapsed microseconds beyond which any bucket is full: `units_per_us` times it stays
-    /// within 2^52.
-    pub horizon_us: u64,
+    /// The deepest debt reservations may run, in units: the local bucket's on a nanosecond
+    /// clock, so that both grant the same reservations, and at most 3 × 2^50 µs (107 years).
+    pub max_debt_units: u128,
 }
 
 impl Layout {
@@ -64,9 +64,17 @@ impl Layout {
         let (per_us, per_token) = (tokens / g, period_ns / g);
         let burst = quota.burst_size();
         let burst_units = burst as u128 * per_token;
-        if per_us > MAX_UNITS_PER_US as u128 || burst_units > QUARTER as u128 {
+        if per_us > MAX_UNITS_PER_US as u128 || burst_units > MAX_BURST_UNITS as u128 {
             return Err(SetupError::Unrepresentable);
         }
+        // The local bucket's debt bound, converted through the token (the same amount in both
+        // unit systems); where the local bucket cannot hold the quota, the cap alone.
+        let local_debt = TokenBucket::try_new(*quota, StdClock).ok().map(|local| {
+            let params = local.cell().params;
+            params.max_debt_units as u128 * per_token / params.units_per_token.get() as u128
+        });
+        let cap = MAX_DEBT_US * per_us;
+        let max_debt_units = local_debt.map_or(cap, |units| units.min(cap));
         let (per_us, per_token) = (per_us as u64, per_token as u64);
         Ok(Self {
             units_per_us: per_us,
@@ -74,8 +82,7 @@ impl Layout {
             burst,
             burst_units: burst_units as u64,
             start_units: quota.start_fill() * per_token, // start <= burst
-            max_debt_units: QUARTER,
-            horizon_us: PRODUCT / per_us,
+            max_debt_units,
         })
     }
 
@@ -84,30 +91,43 @@ impl Layout {
         n as u64 * self.units_per_token
     }
 
+    /// `units` (at least 0) as the script's pair: whole microseconds, and the units beyond.
+    pub(crate) fn pair(&self, units: u128) -> (u128, u64) {
+        let per_us = self.units_per_us as u128;
+        (units / per_us, (units % per_us) as u64)
+    }
+
+    /// A pair the script answered, back in units.
+    pub(crate) fn units(&self, us: i64, frac: i64) -> i128 {
+        us as i128 * self.units_per_us as i128 + frac as i128
+    }
+
     /// How long `units` take to accrue, rounded up to the nanosecond: the local bucket's answer
     /// on a nanosecond clock.
-    pub(crate) fn duration(&self, units: u64) -> Duration {
-        let nanos = (units as u128 * 1_000).div_ceil(self.units_per_us as u128);
+    pub(crate) fn duration(&self, units: u128) -> Duration {
+        let nanos = units
+            .saturating_mul(1_000)
+            .div_ceil(self.units_per_us as u128);
         nanos_to_duration(nanos)
     }
 
     /// The units that accrue within `wait`, rounded down and at most the debt bound: a
     /// reservation is granted when its debt is at most this, exactly when the local bucket
     /// would grant it.
-    pub(crate) fn debt_within(&self, wait: Duration) -> u64 {
+    pub(crate) fn debt_within(&self, wait: Duration) -> u128 {
         let units = wait.as_nanos().saturating_mul(self.units_per_us as u128) / 1_000;
-        units.min(self.max_debt_units as u128) as u64
+        units.min(self.max_debt_units)
     }
 
     /// Whole tokens in `level` units; 0 in debt.
-    pub(crate) fn tokens(&self, level: i64) -> u64 {
-        level.max(0) as u64 / self.units_per_token
+    pub(crate) fn tokens(&self, level: i128) -> u64 {
+        (level.max(0) as u128 / self.units_per_token as u128) as u64
     }
 
     /// How long until a bucket at `level` is full.
-    pub(crate) fn until_full(&self, level: i64) -> Duration {
-        let missing = (self.burst_units as i128 - level as i128).max(0);
-        self.duration(missing.min(u64::MAX as i128) as u64)
+    pub(crate) fn until_full(&self, level: i128) -> Duration {
+        let missing = (self.burst_units as i128 - level).max(0);
+        self.duration(missing as u128)
     }
 }
 
@@ -143,9 +163,8 @@ mod tests {
                 (per_us, per_token),
                 "{rate}"
             );
-            assert!(layout.units_per_us * layout.horizon_us <= PRODUCT, "{rate}");
             assert!(
-                layout.horizon_us * layout.units_per_us + per_us > PRODUCT,
+                layout.max_debt_units <= MAX_DEBT_US * per_us as u128,
                 "{rate}"
             );
         }
@@ -187,13 +206,16 @@ mod tests {
         let layout = Layout::solve(&Quota::new(Rate::per_minute(171))).unwrap();
         // one token: 60/171 s = 350 877 192.98 ns, rounded up
         assert_eq!(
-            layout.duration(layout.units_per_token),
+            layout.duration(layout.units_per_token as u128),
             Duration::from_nanos(350_877_193)
         );
         // 1 ns holds 0.057 units: 999 ns hold 56
         assert_eq!(layout.debt_within(Duration::from_nanos(999)), 56);
-        assert_eq!(layout.debt_within(Duration::MAX), QUARTER);
+        assert_eq!(layout.debt_within(Duration::MAX), layout.max_debt_units);
         assert_eq!(layout.tokens(-5), 0);
-        assert_eq!(layout.until_full(layout.burst_units as i64), Duration::ZERO);
+        assert_eq!(
+            layout.until_full(layout.burst_units as i128),
+            Duration::ZERO
+        );
     }
 }

@@ -5,15 +5,17 @@
 //! retry; the tokens left; the time until full), and reservations served first come, first
 //! served across every process that shares the key. Redis `TIME` is the only clock, so the
 //! clients' clocks may disagree freely. An absent key is a full bucket, and the key expires when
-//! the bucket would be full again, so idle buckets cost no memory.
+//! the bucket would be full again, so idle buckets cost no memory. Every bucket of a process
+//! talks to a server over one shared [`RedisConnection`].
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-//! use tollgate::redis::{Client, FaultPolicy, RedisBucket};
+//! use tollgate::redis::{Client, FaultPolicy, RedisBucket, RedisConnection};
 //! use tollgate::{Quota, Rate};
 //!
+//! let redis = RedisConnection::connect(Client::open("redis://127.0.0.1/")?).await?;
 //! let quota = Quota::new(Rate::per_second(100)).burst(10);
-//! let bucket = RedisBucket::builder(Client::open("redis://127.0.0.1/")?, "geocoder", quota)
+//! let bucket = RedisBucket::builder(&redis, "geocoder", quota)
 //!     // Four workers usually: each falls back to a quarter of the quota if Redis is down.
 //!     .policy(FaultPolicy::fallback_share(quota, 4))
 //!     .connect()
@@ -24,46 +26,66 @@
 //! ```
 //!
 //! Every process must build its bucket for a key from the same quota: the script takes the
-//! quota from each call and trusts it. A server restarted without persistence forgets its keys,
-//! which reads as full buckets.
+//! quota from each call and trusts it.
+//!
+//! # Faults
+//!
+//! - *A call its caller gave up on takes nothing.* Each call carries a deadline in Redis time
+//!   (half its timeout after it was sent, by Redis's clock as last seen); the script does
+//!   nothing past it, so calls queued behind a stalled server or a slow link and run later
+//!   take nothing.
+//! - *A key that is deleted, flushed, evicted or lost in a restart is a full bucket*: the fleet
+//!   may take one more burst. Waits scheduled in the old key are not granted on top: an
+//!   [`acquire`](RedisBucket::acquire) that waited checks, when it wakes, that the key is still
+//!   the one it queued in (the key records when it was created), and queues again in the new
+//!   one if not; a [`cancel`](RedisBucket::cancel) gives nothing back into a newer key.
+//! - *The server's clock.* A step back credits nothing and adds no wait: the bucket keeps the
+//!   level it had when last written. A step forward credits at most one burst (the bucket is
+//!   full at most).
+//! - *A value that is not a bucket* (written by someone else, truncated, `"nan 5"`) reads as a
+//!   full bucket and is replaced at once by a bucket with an expiry. A key of another type
+//!   (`WRONGTYPE`) is an error the caller sees.
+//! - *Misconfiguration is not an outage*: `WRONGTYPE`, `NOAUTH`, a wrong password, `READONLY`,
+//!   `OOM`, `NOPERM` are [`Error::Rejected`], whatever the policy; the policy decides only when
+//!   Redis cannot answer (unreachable, timed out, loading, busy).
 
 mod answers;
 mod builder;
+mod connection;
 mod error;
 mod layout;
+#[cfg(test)]
+mod tests;
 
 use core::time::Duration;
-use std::string::{String, ToString};
+use std::string::String;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
-
-use ::redis::aio::ConnectionManager;
-use ::redis::Script;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use self::answers::Held;
 pub use self::answers::{FaultPolicy, Grant, Level, RedisReservation, Source};
 pub use self::builder::Builder;
+pub use self::connection::RedisConnection;
 pub use self::error::{Error, Fault, SetupError};
-/// The `redis` crate's client, from which a bucket connects.
+/// The `redis` crate's client, from which a [`RedisConnection`] connects.
 pub use ::redis::Client;
 
+use self::connection::Shared;
 use self::layout::Layout;
-use crate::{Denied, Quota, Reservation, StdClock, TokenBucket};
+use crate::{Denied, Quota, StdClock, TokenBucket};
 
 /// A token bucket shared by every process that uses the same key on the same Redis.
 ///
 /// Each call is one round trip: one `EVALSHA` of the bucket's script (the script is loaded
-/// again by the client if the server has forgotten it). Clones share the connection, which
-/// multiplexes concurrent calls and reconnects by itself. Needs a tokio runtime with its timer
-/// enabled.
+/// again by the client if the server has forgotten it), over the [`RedisConnection`] it was
+/// built from. Clones share everything. Needs a tokio runtime with its timer enabled.
 #[derive(Clone)]
 pub struct RedisBucket {
     inner: Arc<Inner>,
 }
 
 struct Inner {
-    connection: ConnectionManager,
-    script: Script,
+    connection: Arc<Shared>,
     key: String,
     layout: Layout,
     quota: Quota,
@@ -71,46 +93,73 @@ struct Inner {
     timeout: Duration,
     /// The start fill is passed until a call has reached Redis: it applies to an absent key.
     start_pending: AtomicBool,
-    /// `TIME`, or a time the agreement test pins.
+    /// The crate's agreement tests pin the script's clock here; `u64::MAX` reads `TIME`.
+    #[cfg(test)]
     fixed_now_us: AtomicU64,
+    /// Whether a pinned clock still gets the deadline, as `TIME` would (for the clock-step
+    /// tests, which pin it near the real time).
+    #[cfg(test)]
+    deadline_when_pinned: AtomicBool,
 }
 
 enum Policy {
     FailClosed,
     FailOpen,
-    Fallback(TokenBucket<StdClock>),
+    Fallback(Fallback),
 }
 
-/// `fixed_now_us` when the script reads Redis `TIME`.
-const TIME: u64 = u64::MAX;
+/// The local bucket of [`FaultPolicy::Fallback`] and what it granted while Redis could not
+/// answer.
+struct Fallback {
+    quota: Quota,
+    /// Replaced by an empty bucket when an outage begins: a full one would add its burst to
+    /// what Redis has left.
+    local: Mutex<Arc<TokenBucket<StdClock>>>,
+    /// Whether the last call reached Redis.
+    healthy: AtomicBool,
+    /// Units granted locally and not yet charged to Redis: the next call that reaches it takes
+    /// them from the shared bucket first, so that Redis's refill during the outage is not
+    /// granted again on top.
+    owed_units: AtomicU64,
+}
 
 /// One call of the script.
 enum Op {
     Take {
         cost: u64,
-        max_debt: u64,
+        max_debt: u128,
     },
     Cancel {
         cost: u64,
-        due_us: i64,
-        due_level: i64,
+        due: (i64, i64),
+        epoch: i64,
     },
     Peek,
+    Confirm {
+        epoch: i64,
+    },
 }
 
-/// What the script answered: granted or not, the level at its `now` after the call, and now.
+/// What the script answered.
 #[derive(Clone, Copy)]
 struct Reply {
+    /// Granted, given back, or (for `confirm`) the key is the same incarnation.
     granted: bool,
-    level: i64,
+    /// The level in units at `now_us` after the call; negative in debt.
+    level: i128,
+    /// The debt after the call, as the script's pair: the instant the bucket is empty is
+    /// `now_us + debt.0` microseconds and `debt.1` units.
+    debt: (i64, i64),
     now_us: i64,
+    /// When the key was created.
+    epoch: i64,
 }
 
 impl RedisBucket {
-    /// Starts building a bucket for `quota` on `key`, through `client`.
-    pub fn builder(client: Client, key: impl Into<String>, quota: Quota) -> Builder {
+    /// Starts building a bucket for `quota` on `key`, over `connection`.
+    pub fn builder(connection: &RedisConnection, key: impl Into<String>, quota: Quota) -> Builder {
         Builder {
-            client,
+            connection: Arc::clone(&connection.shared),
             key: key.into(),
             quota,
             policy: FaultPolicy::FailClosed,
@@ -143,14 +192,17 @@ impl RedisBucket {
             Ok(reply) => Err(Error::by_redis(Denied::Insufficient {
                 retry_after: l.duration(short(cost, reply.level)),
             })),
+            Err(Fault::Rejected(error)) => Err(Error::Rejected(error)),
             Err(fault) => match &inner.policy {
                 Policy::FailClosed => Err(Error::Unavailable(fault)),
                 Policy::FailOpen => Ok(Grant {
                     source: Source::Open,
                     level: None,
                 }),
-                Policy::Fallback(local) => {
+                Policy::Fallback(fallback) => {
+                    let local = fallback.local();
                     local.try_acquire(n).map_err(Error::by_fallback)?;
+                    fallback.owe(cost);
                     Ok(Grant {
                         source: Source::Fallback,
                         level: Some(Level {
@@ -168,12 +220,33 @@ impl RedisBucket {
     /// Reservations queue in the order Redis receives them, from every process: each runs the
     /// shared bucket further into debt and is due when that debt is paid. If the wait would
     /// exceed `max_wait`, nothing is taken and `retry_after` says when the same call would
-    /// succeed. Debt is bounded at 2^50 units (decades at any rate).
+    /// succeed. Debt is bounded as the local bucket's on a nanosecond clock bounds it (73 years
+    /// at 2 per 1.000003 ms), and at most 3 × 2^50 µs (107 years, the bound at 999 983/s and
+    /// most rates, where the local bucket allows up to 146): up to that both grant the same
+    /// reservations. [`max_debt`](Self::max_debt) says how long it is.
+    ///
+    /// A reservation lives in its key: if the key is lost before it is due (deleted, flushed,
+    /// evicted, a restart), a caller that acts on it without asking Redis again takes tokens
+    /// the new key does not count. [`acquire`](Self::acquire) asks.
     pub async fn reserve(&self, n: u32, max_wait: Duration) -> Result<RedisReservation, Error> {
+        self.reserve_within(n, max_wait)
+            .await
+            .map_err(|(error, _beyond_debt)| error)
+    }
+
+    /// `reserve`, and on a denial whether the debt bound (not `max_wait`) denied it.
+    async fn reserve_within(
+        &self,
+        n: u32,
+        max_wait: Duration,
+    ) -> Result<RedisReservation, (Error, bool)> {
         let inner = &*self.inner;
         let l = &inner.layout;
         if n as u64 > l.burst {
-            return Err(Error::by_redis(Denied::ExceedsCapacity { burst: l.burst }));
+            return Err((
+                Error::by_redis(Denied::ExceedsCapacity { burst: l.burst }),
+                false,
+            ));
         }
         if n == 0 {
             return Ok(RedisReservation {
@@ -187,37 +260,44 @@ impl RedisBucket {
         match inner.call(Op::Take { cost, max_debt }).await {
             Ok(reply) if reply.granted => Ok(RedisReservation {
                 tokens: n,
-                wait: l.duration(reply.level.min(0).unsigned_abs()),
+                wait: l.duration((-reply.level).max(0) as u128),
                 held: Held::Redis {
-                    now_us: reply.now_us,
-                    level: reply.level,
+                    due: (reply.now_us + reply.debt.0, reply.debt.1),
+                    epoch: reply.epoch,
                 },
             }),
             Ok(reply) => {
                 // The local bucket's retry_after, from the same exact debt.
                 let short = short(cost, reply.level);
                 let wait = l.duration(short);
-                let retry_after = if short > l.max_debt_units {
+                let beyond_debt = short > l.max_debt_units;
+                let retry_after = if beyond_debt {
                     l.duration(short - l.max_debt_units)
                         .max(wait.saturating_sub(max_wait))
                 } else {
                     wait.saturating_sub(max_wait)
                 };
-                Err(Error::by_redis(Denied::Insufficient { retry_after }))
+                let denied = Denied::Insufficient { retry_after };
+                Err((Error::by_redis(denied), beyond_debt && wait <= max_wait))
             }
+            Err(Fault::Rejected(error)) => Err((Error::Rejected(error), false)),
             Err(fault) => match &inner.policy {
-                Policy::FailClosed => Err(Error::Unavailable(fault)),
+                Policy::FailClosed => Err((Error::Unavailable(fault), false)),
                 Policy::FailOpen => Ok(RedisReservation {
                     tokens: n,
                     wait: Duration::ZERO,
                     held: Held::Open,
                 }),
-                Policy::Fallback(local) => {
-                    let reservation = local.reserve(n, max_wait).map_err(Error::by_fallback)?;
+                Policy::Fallback(fallback) => {
+                    let local = fallback.local();
+                    let reservation = local
+                        .reserve(n, max_wait)
+                        .map_err(|denied| (Error::by_fallback(denied), false))?;
+                    fallback.owe(cost);
                     Ok(RedisReservation {
                         tokens: n,
                         wait: reservation.wait(),
-                        held: Held::Fallback(reservation),
+                        held: Held::Fallback(local, reservation),
                     })
                 }
             },
@@ -227,7 +307,8 @@ impl RedisBucket {
     /// Gives a reservation's tokens back: all of them, less those that reservations made after
     /// it (by any process) have already counted on, and none once it is due (the rule of Go's
     /// `CancelAt`, as the local bucket's [`cancel`](TokenBucket::cancel)). Never gives back
-    /// more than was taken, and never fills the bucket beyond its burst.
+    /// more than was taken, never fills the bucket beyond its burst, and gives nothing back
+    /// into a key created after the reservation (deleted and used again, or lost in a restart).
     ///
     /// Pass only reservations made by this bucket (or a clone of it). If Redis cannot answer,
     /// the tokens stay taken and the fault is returned.
@@ -238,9 +319,14 @@ impl RedisBucket {
     /// Takes `n` tokens, waiting for them as long as it takes: a reservation in Redis, then a
     /// local sleep. Returns the time waited.
     ///
+    /// A reservation beyond the debt bound waits until it fits. After a wait, one more round
+    /// trip checks that the key is still the one the reservation was made in; if it was
+    /// deleted or lost meanwhile, the call queues again in the new bucket.
+    ///
     /// Cancel-safe: a future dropped while it sleeps gives its reservation back (from a task
-    /// spawned on the current runtime). A future dropped during the round trip may have taken
-    /// its tokens; they are then lost, never granted twice.
+    /// spawned on the current runtime). A future dropped during the round trip takes nothing
+    /// if Redis runs the call after half its timeout; otherwise its tokens may be taken and
+    /// are then lost, never granted twice.
     pub async fn acquire(&self, n: u32) -> Result<Duration, Error> {
         self.acquire_timeout(n, Duration::MAX).await
     }
@@ -248,18 +334,57 @@ impl RedisBucket {
     /// Like [`acquire`](Self::acquire), but fails at once, taking nothing, if the wait would
     /// exceed `timeout`: [`Denied::Insufficient`] says when the same call would succeed.
     pub async fn acquire_timeout(&self, n: u32, timeout: Duration) -> Result<Duration, Error> {
-        let reservation = self.reserve(n, timeout).await?;
-        let wait = reservation.wait;
-        let mut pending = CancelOnDrop {
-            inner: Arc::clone(&self.inner),
-            reservation: Some(reservation),
-        };
-        if !wait.is_zero() {
-            // (A zero sleep would still wait for the timer's next millisecond.)
-            tokio::time::sleep(wait).await;
+        let began = tokio::time::Instant::now();
+        loop {
+            let left = timeout.saturating_sub(began.elapsed());
+            let reservation = match self.reserve_within(n, left).await {
+                Ok(reservation) => reservation,
+                Err((error, true)) => {
+                    // Beyond the debt bound, within the timeout: wait until it fits.
+                    let retry_after = error.retry_after().unwrap_or(Duration::ZERO);
+                    tokio::time::sleep(retry_after.max(Duration::from_millis(1))).await;
+                    continue;
+                }
+                Err((error, false)) => return Err(error),
+            };
+            let wait = reservation.wait;
+            let epoch = match reservation.held {
+                Held::Redis { epoch, .. } if !wait.is_zero() => Some(epoch),
+                _ => None,
+            };
+            let mut pending = CancelOnDrop {
+                inner: Arc::clone(&self.inner),
+                reservation: Some(reservation),
+            };
+            if !wait.is_zero() {
+                // (A zero sleep would still wait for the timer's next millisecond.)
+                tokio::time::sleep(wait).await;
+            }
+            if let Some(epoch) = epoch {
+                match self.inner.call(Op::Confirm { epoch }).await {
+                    Ok(reply) if reply.granted => {}
+                    Ok(_) => {
+                        // The key was lost with the reservation: queue in the new one.
+                        pending.reservation = None;
+                        continue;
+                    }
+                    Err(Fault::Rejected(error)) => return Err(Error::Rejected(error)),
+                    Err(fault) => match &self.inner.policy {
+                        Policy::FailClosed => return Err(Error::Unavailable(fault)),
+                        Policy::FailOpen => {}
+                        Policy::Fallback(fallback) => {
+                            fallback
+                                .local()
+                                .try_acquire(n)
+                                .map_err(Error::by_fallback)?;
+                            fallback.owe(self.inner.layout.cost(n));
+                        }
+                    },
+                }
+            }
+            pending.reservation = None; // acted on: the tokens are spent
+            return Ok(began.elapsed());
         }
-        pending.reservation = None; // acted on: the tokens are spent
-        Ok(wait)
     }
 
     /// The shared bucket's level now, without taking anything.
@@ -269,6 +394,13 @@ impl RedisBucket {
             .call(Op::Peek)
             .await
             .map(|reply| inner.level(reply.level))
+    }
+
+    /// The deepest debt reservations may run: the longest wait a reservation may get, when
+    /// nothing else is queued.
+    pub fn max_debt(&self) -> Duration {
+        let l = &self.inner.layout;
+        l.duration(l.max_debt_units)
     }
 
     /// The quota this bucket was built from.
@@ -281,14 +413,25 @@ impl RedisBucket {
         &self.inner.key
     }
 
-    /// For the agreement test alone: makes the script take `now_us` (microseconds) as its clock
-    /// instead of Redis `TIME`, and set no expiry; `None` goes back to `TIME`.
-    #[doc(hidden)]
-    pub fn pin_script_now(&self, now_us: Option<u64>) {
+    /// Makes the script take `now_us` (microseconds) as its clock instead of Redis `TIME`, and
+    /// set no expiry; `None` goes back to `TIME`.
+    #[cfg(test)]
+    pub(crate) fn pin_script_now_with_deadline(&self, now_us: u64) {
+        // Relaxed: test settings read by later calls of the same task.
+        self.inner
+            .deadline_when_pinned
+            .store(true, Ordering::Relaxed);
+        self.pin_script_now(Some(now_us));
+    }
+
+    /// Makes the script take `now_us` (microseconds) as its clock instead of Redis `TIME`, and
+    /// set no expiry; `None` goes back to `TIME`.
+    #[cfg(test)]
+    pub(crate) fn pin_script_now(&self, now_us: Option<u64>) {
         // Relaxed: a test setting read by later calls of the same task.
         self.inner
             .fixed_now_us
-            .store(now_us.unwrap_or(TIME), Ordering::Relaxed);
+            .store(now_us.unwrap_or(u64::MAX), Ordering::Relaxed);
     }
 }
 
@@ -302,97 +445,194 @@ impl core::fmt::Debug for RedisBucket {
     }
 }
 
+impl Fallback {
+    fn new(quota: Quota) -> Result<Self, crate::ConfigError> {
+        Ok(Self {
+            local: Mutex::new(Arc::new(TokenBucket::try_new(
+                quota.start_empty(),
+                StdClock,
+            )?)),
+            quota,
+            healthy: AtomicBool::new(true),
+            owed_units: AtomicU64::new(0),
+        })
+    }
+
+    /// The local bucket for this outage: an empty one if the outage has just begun.
+    fn local(&self) -> Arc<TokenBucket<StdClock>> {
+        let mut local = self.local.lock().unwrap_or_else(PoisonError::into_inner);
+        // Relaxed: the mutex orders the replacement; the flag only says whether to make one.
+        if self.healthy.swap(false, Ordering::Relaxed) {
+            if let Ok(empty) = TokenBucket::try_new(self.quota.start_empty(), StdClock) {
+                *local = Arc::new(empty);
+            }
+        }
+        Arc::clone(&local)
+    }
+
+    fn owe(&self, units: u64) {
+        // Relaxed: a counter, drained by the next call that reaches Redis.
+        self.owed_units.fetch_add(units, Ordering::Relaxed);
+    }
+}
+
 impl Inner {
     /// Runs the script once, within the timeout.
     async fn call(&self, op: Op) -> Result<Reply, Fault> {
+        let fallback = match &self.policy {
+            Policy::Fallback(fallback) => Some(fallback),
+            _ => None,
+        };
+        // Relaxed: a counter; what a failed call took is put back.
+        let charge = fallback.map_or(0, |f| f.owed_units.swap(0, Ordering::Relaxed));
+        let mut result = self.call_once(&op, charge).await;
+        if let Ok(None) = result {
+            // Redis's clock had moved on from the estimate (a step forward): it is fresh now.
+            result = self.call_once(&op, charge).await;
+        }
+        let result = result.and_then(|reply| {
+            reply.ok_or(Fault::Timeout {
+                after: self.timeout,
+            })
+        });
+        if let Some(fallback) = fallback {
+            match &result {
+                Ok(_) => fallback.healthy.store(true, Ordering::Relaxed),
+                // Charged twice if the script ran after all: fewer grants, never more.
+                Err(_) => fallback.owe(charge),
+            }
+        }
+        result
+    }
+
+    /// One run of the script; `None` if Redis ran it past its deadline but answered well
+    /// within the timeout, so that a second try may succeed.
+    async fn call_once(&self, op: &Op, charge: u64) -> Result<Option<Reply>, Fault> {
+        let shared = &*self.connection;
         let l = &self.layout;
         // Relaxed: a lone flag; racing first calls all pass the start fill, and the script
         // applies it to an absent key only.
         let first = self.start_pending.load(Ordering::Relaxed);
         let start = if first { l.start_units } else { l.burst_units };
-        let now = match self.fixed_now_us.load(Ordering::Relaxed) {
-            TIME => String::new(),
-            now_us => now_us.to_string(),
+        #[cfg(test)]
+        let fixed_now = match self.fixed_now_us.load(Ordering::Relaxed) {
+            u64::MAX => None,
+            now_us => Some(now_us),
         };
-        let mut invocation = self.script.key(&self.key);
+        #[cfg(not(test))]
+        let fixed_now: Option<u64> = None;
+        #[cfg(test)]
+        let pinned_deadline = self.deadline_when_pinned.load(Ordering::Relaxed);
+        #[cfg(not(test))]
+        let pinned_deadline = false;
+        let (generation, mut manager) = shared.manager();
+        let sent_us = shared.local_us();
+        let deadline_us = shared.redis_now_us() + (self.timeout / 2).as_micros() as i64;
+        let mut invocation = shared.script.key(&self.key);
         let name = match op {
             Op::Take { .. } => "take",
             Op::Cancel { .. } => "cancel",
             Op::Peek => "peek",
+            Op::Confirm { .. } => "confirm",
         };
+        let pair = |units: u128| {
+            let (us, frac) = l.pair(units);
+            (us as u64, frac)
+        };
+        let (burst_us, burst_frac) = pair(l.burst_units as u128);
+        let (start_us, start_frac) = pair(start as u128);
+        let (debt_us, debt_frac) = pair(l.max_debt_units);
+        let (charge_us, charge_frac) = pair(charge as u128);
         invocation
             .arg(name)
             .arg(l.units_per_us)
-            .arg(l.burst_units)
-            .arg(start)
-            .arg(l.horizon_us)
-            .arg(now);
-        match op {
+            .arg(burst_us)
+            .arg(burst_frac)
+            .arg(start_us)
+            .arg(start_frac)
+            .arg(debt_us)
+            .arg(debt_frac);
+        match fixed_now {
+            Some(now_us) if pinned_deadline => invocation.arg(deadline_us).arg(now_us),
+            Some(now_us) => invocation.arg("").arg(now_us),
+            None => invocation.arg(deadline_us).arg(""),
+        };
+        invocation.arg(charge_us).arg(charge_frac);
+        match *op {
             Op::Take { cost, max_debt } => {
-                invocation.arg(cost).arg(max_debt);
+                let (cost_us, cost_frac) = pair(cost as u128);
+                let (max_us, max_frac) = pair(max_debt);
+                invocation
+                    .arg(cost_us)
+                    .arg(cost_frac)
+                    .arg(max_us)
+                    .arg(max_frac);
             }
-            Op::Cancel {
-                cost,
-                due_us,
-                due_level,
-            } => {
-                invocation.arg(cost).arg(due_us).arg(due_level);
+            Op::Cancel { cost, due, epoch } => {
+                let (cost_us, cost_frac) = pair(cost as u128);
+                invocation
+                    .arg(cost_us)
+                    .arg(cost_frac)
+                    .arg(due.0)
+                    .arg(due.1)
+                    .arg(epoch);
+            }
+            Op::Confirm { epoch } => {
+                invocation.arg(epoch);
             }
             Op::Peek => {}
         }
-        let mut connection = self.connection.clone();
-        let answer = invocation.invoke_async::<(i64, i64, i64)>(&mut connection);
-        let (granted, level, now_us) = match tokio::time::timeout(self.timeout, answer).await {
-            Ok(Ok(reply)) => reply,
-            // The connection's own response timeout, the same as ours.
-            Ok(Err(error)) if error.is_timeout() => {
-                return Err(Fault::Timeout {
-                    after: self.timeout,
-                })
-            }
-            Ok(Err(error)) => return Err(Fault::Redis(error)),
-            Err(_) => {
-                return Err(Fault::Timeout {
-                    after: self.timeout,
-                })
-            }
+        let answer = invocation.invoke_async::<(i64, i64, i64, i64, i64)>(&mut manager);
+        let timeout = Fault::Timeout {
+            after: self.timeout,
         };
+        let (status, debt_us, debt_frac, now_us, epoch) =
+            match tokio::time::timeout(self.timeout, answer).await {
+                Ok(Ok(reply)) => reply,
+                Ok(Err(error)) if !error.is_timeout() => {
+                    return Err(shared.classify(generation, error))
+                }
+                Ok(Err(_)) | Err(_) => {
+                    shared.timed_out(generation);
+                    return Err(timeout);
+                }
+            };
+        let seen_us = shared.local_us();
+        shared.saw_redis_time(now_us, seen_us);
+        if status < 0 {
+            // Redis ran the call after its deadline and did nothing.
+            if seen_us - sent_us < (self.timeout / 4).as_micros() as i64 {
+                return Ok(None);
+            }
+            return Err(timeout);
+        }
         if first {
             self.start_pending.store(false, Ordering::Relaxed);
         }
-        Ok(Reply {
-            granted: granted == 1,
-            level,
+        Ok(Some(Reply {
+            granted: status == 1,
+            level: -l.units(debt_us, debt_frac),
+            debt: (debt_us, debt_frac),
             now_us,
-        })
+            epoch,
+        }))
     }
 
     async fn cancel(&self, reservation: RedisReservation) -> Result<(), Fault> {
         match reservation.held {
-            Held::Redis { now_us, level } => {
+            Held::Redis { due, epoch } => {
                 let cost = self.layout.cost(reservation.tokens);
-                let op = Op::Cancel {
-                    cost,
-                    due_us: now_us,
-                    due_level: level,
-                };
-                self.call(op).await.map(drop)
+                self.call(Op::Cancel { cost, due, epoch }).await.map(drop)
             }
-            Held::Fallback(local) => {
-                self.cancel_fallback(local);
+            Held::Fallback(local, reservation) => {
+                local.cancel(reservation);
                 Ok(())
             }
             Held::Open | Held::Nothing => Ok(()),
         }
     }
 
-    fn cancel_fallback(&self, reservation: Reservation) {
-        if let Policy::Fallback(local) = &self.policy {
-            local.cancel(reservation);
-        }
-    }
-
-    fn level(&self, level: i64) -> Level {
+    fn level(&self, level: i128) -> Level {
         Level {
             remaining: self.layout.tokens(level),
             until_full: self.layout.until_full(level),
@@ -401,8 +641,8 @@ impl Inner {
 }
 
 /// Units short of `cost` at `level`: positive whenever the script denied.
-fn short(cost: u64, level: i64) -> u64 {
-    (cost as i128 - level as i128).clamp(0, u64::MAX as i128) as u64
+fn short(cost: u64, level: i128) -> u128 {
+    (cost as i128 - level).max(0) as u128
 }
 
 /// Gives back the reservation of an `acquire` future dropped before it was due.
@@ -417,7 +657,7 @@ impl Drop for CancelOnDrop {
             return;
         };
         match reservation.held {
-            Held::Fallback(local) => self.inner.cancel_fallback(local),
+            Held::Fallback(local, reservation) => local.cancel(reservation),
             Held::Redis { .. } => {
                 // Dropping cannot wait for Redis: a task gives the tokens back. Without a
                 // runtime they stay taken, which grants nothing twice.
@@ -432,3 +672,10 @@ impl Drop for CancelOnDrop {
         }
     }
 }
+
+// Reservations are `Send` across tasks with the local bucket they came from.
+const _: fn() = || {
+    fn send<T: Send + Sync>() {}
+    send::<RedisBucket>();
+    send::<RedisReservation>();
+};

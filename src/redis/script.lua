@@ -1,138 +1,205 @@
 -- tollgate: one token bucket on one key, the model of src/transition.rs.
 --
 -- Time is Redis `TIME` in microseconds; one microsecond is `per_us` units and one token is a
--- whole number of units, so every quantity is an integer, and the client keeps them all below
--- 2^53, where Lua's doubles are exact. The key holds "<anchor_us> <level>": the bucket held
--- `level` units at `anchor_us`. That is the local bucket's word (the instant, in units, at
--- which the bucket would be empty: anchor_us * per_us - level) split so that no product of an
--- absolute time and a rate is ever formed. An absent key is a full bucket; the key expires
--- when the bucket would be full again.
+-- whole number of units. The bucket is the local bucket's word: `z`, the instant at which it
+-- would be empty. An instant is a pair {us, frac}: `us` microseconds and `frac` units more,
+-- 0 <= frac < per_us. Pairs are only added, subtracted and compared, so no product of a time
+-- and a rate is ever formed and every number stays far below 2^53, where Lua's doubles are
+-- exact: reservations may run decades into debt at any rate.
+--
+-- The key holds "<z_us> <z_frac> <written_us> <epoch>": the empty instant, when it was written
+-- (a clock stepped back is measured from there, so that it credits nothing and locks nothing)
+-- and the instant the key was created (a cancel made for an older incarnation of the key, one
+-- deleted, flushed or lost in a restart, gives nothing back). An absent key is a full bucket;
+-- the key expires when the bucket would be full again. A value that is not such a bucket (written
+-- by someone else, truncated, beyond the debt bound) reads as absent and is replaced.
 --
 -- KEYS[1]  the bucket
--- ARGV[1]  'take' | 'cancel' | 'peek'
+-- ARGV[1]  'take' | 'cancel' | 'peek' | 'confirm'
 -- ARGV[2]  per_us: units per microsecond
--- ARGV[3]  burst: the capacity in units
--- ARGV[4]  start: the level of an absent key (the burst, or the start fill at first use)
--- ARGV[5]  horizon_us: beyond this many microseconds of elapsed time the bucket is surely full
--- ARGV[6]  '' to read TIME; a time in microseconds for the agreement test alone (no expiry)
--- take:    ARGV[7] cost in units, ARGV[8] the most debt this call may run, in units
--- cancel:  ARGV[7] cost in units, ARGV[8] anchor_us and ARGV[9] level of the reservation
+-- ARGV[3..4]   burst: the capacity, as a pair
+-- ARGV[5..6]   start: the level of an absent key, as a pair (the burst, or the start fill)
+-- ARGV[7..8]   the deepest debt, as a pair
+-- ARGV[9]  deadline_us: past this Redis time the call acts on nothing ('' for none)
+-- ARGV[10] '' to read TIME; a time in microseconds for the crate's own agreement tests
+-- ARGV[11..12] charge: units granted elsewhere while Redis was unreachable, taken first
+-- take:    ARGV[13..14] cost, ARGV[15..16] the most debt this call may run
+-- cancel:  ARGV[13..14] cost, ARGV[15..16] the reservation's due instant, ARGV[17] its epoch
+-- confirm: ARGV[13] an epoch: is the key still that incarnation?
 --
--- Returns {1 granted | 0 not, the level in units at now after the call, now in microseconds}.
+-- Returns {status, debt_us, debt_frac, now_us, epoch}: status 1 granted (or the epoch matches),
+-- 0 not, -1 too late (nothing done); the debt (z - now, a pair, negative when tokens are left)
+-- after the call.
 
 local key = KEYS[1]
 local op = ARGV[1]
 local per_us = tonumber(ARGV[2])
-local burst = tonumber(ARGV[3])
-local start = tonumber(ARGV[4])
-local horizon_us = tonumber(ARGV[5])
--- A clock stepped back by more than the horizon reads as this much debt: it mints nothing.
-local deep = 4503599627370496 -- 2^52
--- The deepest debt a reservation may leave, as the client bounds it: stored levels stay above.
-local max_debt = 1125899906842624 -- 2^50
+
+local function pair(i)
+  return {tonumber(ARGV[i]), tonumber(ARGV[i + 1])}
+end
+
+local function add(a, b)
+  local us, frac = a[1] + b[1], a[2] + b[2]
+  if frac >= per_us then
+    us, frac = us + 1, frac - per_us
+  end
+  return {us, frac}
+end
+
+local function sub(a, b)
+  local us, frac = a[1] - b[1], a[2] - b[2]
+  if frac < 0 then
+    us, frac = us - 1, frac + per_us
+  end
+  return {us, frac}
+end
+
+local function less(a, b)
+  return a[1] < b[1] or (a[1] == b[1] and a[2] < b[2])
+end
+
+local burst = pair(3)
+local start = pair(5)
+local max_debt = pair(7)
+local charge = pair(11)
 
 local now
-local fixed_now = ARGV[6] ~= ''
+local fixed_now = ARGV[10] ~= ''
 if fixed_now then
-  now = tonumber(ARGV[6])
+  now = tonumber(ARGV[10])
 else
   local time = redis.call('TIME')
   now = tonumber(time[1]) * 1000000 + tonumber(time[2])
 end
+-- A call that Redis runs after its caller gave up (queued behind a stall, say) does nothing.
+if ARGV[9] ~= '' and now > tonumber(ARGV[9]) then
+  return {-1, 0, 0, now, 0}
+end
+local now_pair = {now, 0}
+local floor = sub(now_pair, burst) -- z never lies below: the bucket holds at most the burst
 
-local anchor, stored
+-- A whole number that a double holds exactly (nil, nan and inf are not).
+local function whole(x)
+  return x ~= nil and x == x and x == math.floor(x) and x > -2^53 and x < 2^53
+end
+
+local z, epoch
+local dirty = false -- the key must be written (or deleted) whatever the operation decides
 local state = redis.call('GET', key)
 local absent = not state
+if state then
+  local f = {}
+  for field in string.gmatch(state, '%S+') do
+    f[#f + 1] = tonumber(field)
+  end
+  local z_us, z_frac, written, stamp = f[1], f[2], f[3], f[4]
+  if #f == 4 and whole(z_us) and whole(z_frac) and whole(written) and whole(stamp)
+      and z_frac >= 0 and z_frac < per_us then
+    z, epoch = {z_us, z_frac}, stamp
+    if written > now then
+      -- The clock stepped back: the bucket keeps the level it had when written.
+      z = sub(z, {written - now, 0})
+      dirty = true
+    end
+    if less(add(now_pair, max_debt), z) then
+      z = nil -- deeper than any reservation can run: not ours
+    end
+  end
+  if not z then
+    -- Not a bucket: heal it as a full one, written again or deleted below.
+    absent, dirty = true, true
+    start = burst
+  end
+end
 if absent then
-  anchor, stored = now, start
-else
-  local sep = string.find(state, ' ', 1, true)
-  if sep then
-    anchor = tonumber(string.sub(state, 1, sep - 1))
-    stored = tonumber(string.sub(state, sep + 1))
+  z, epoch = sub(now_pair, start), now
+end
+if less(z, floor) then
+  z = floor
+end
+if charge[1] > 0 or charge[2] > 0 then
+  z = add(z, charge)
+  local deepest = add(now_pair, max_debt)
+  if less(deepest, z) then
+    z = deepest
   end
-  if not anchor or not stored then
-    return redis.error_reply('tollgate: the key does not hold a token bucket')
-  end
+  dirty = true
 end
 
--- Units from the instant `a_us, a_level` names to now, bounded so that no product leaves 2^53.
-local function since(a_us, a_level)
-  local elapsed = now - a_us
-  if elapsed > horizon_us then
-    return deep
-  elseif elapsed < -horizon_us then
-    return -deep
-  end
-  return elapsed * per_us + a_level
+local function reply(status)
+  local debt = sub(z, now_pair)
+  return {status, debt[1], debt[2], now, epoch}
 end
 
-local level = math.min(since(anchor, stored), burst)
-
-local function store(new_level)
-  local missing = burst - new_level
-  if missing <= 0 then
-    redis.call('DEL', key)
+local function store()
+  if not less(floor, z) then
+    if not absent or dirty then
+      redis.call('DEL', key)
+    end
     return
   end
-  local value = string.format('%d %d', now, new_level)
+  local value = string.format('%d %d %d %d', z[1], z[2], now, epoch)
   if fixed_now then
     redis.call('SET', key, value)
     return
   end
   -- The key lives until the bucket would be full: never a millisecond less.
-  local full_us = math.floor(missing / per_us)
-  while full_us * per_us < missing do
+  local full = add(z, burst)
+  local full_us = full[1]
+  if full[2] > 0 then
     full_us = full_us + 1
   end
-  local expire_ms = math.floor((now + full_us) / 1000) + 1
-  redis.call('SET', key, value, 'PXAT', string.format('%d', expire_ms))
+  redis.call('SET', key, value, 'PXAT', string.format('%d', math.floor(full_us / 1000) + 1))
 end
 
--- A bucket that starts below full is written at its first use, even if that use is denied, so
--- that its start instant does not slide with each call.
-local function keep_start()
-  if absent and start < burst then
-    store(level)
+-- Writes what changed. A bucket that starts below full is written at its first use, even if
+-- that use is denied, so that its start instant does not slide with each call.
+local function keep()
+  if dirty or (absent and less(floor, z)) then
+    store()
   end
 end
 
 if op == 'take' then
-  local cost = tonumber(ARGV[7])
-  local limit = tonumber(ARGV[8])
-  if cost - level <= limit then
-    store(level - cost)
-    return {1, level - cost, now}
+  local after = add(z, pair(13))
+  if not less(pair(15), sub(after, now_pair)) then
+    z = after
+    store()
+    return reply(1)
   end
-  keep_start()
-  return {0, level, now}
+  keep()
+  return reply(0)
 elseif op == 'cancel' then
   -- Go's CancelAt: all the tokens back, less those that later reservations counted on, and
-  -- none once the reservation is due.
-  local cost = tonumber(ARGV[7])
-  local due_us = tonumber(ARGV[8])
-  local due_level = tonumber(ARGV[9])
-  local restore = 0
-  -- Below the debt bound only a clock step back can have put the level: give nothing back.
-  if level >= -max_debt and since(due_us, due_level) < 0 then
-    local overtaken = 0
-    local apart_us = anchor - due_us
-    if apart_us > horizon_us then
-      overtaken = cost
-    elseif apart_us >= -horizon_us then
-      overtaken = math.max(0, apart_us * per_us - stored + due_level)
-    end
-    restore = cost - overtaken
+  -- none once the reservation is due, nor into another incarnation of the key.
+  local cost, due = pair(13), pair(15)
+  if absent or epoch ~= tonumber(ARGV[17]) or not less(now_pair, due) then
+    keep()
+    return reply(0)
   end
-  if restore <= 0 then
-    keep_start()
-    return {0, level, now}
+  local overtaken = sub(z, due)
+  if overtaken[1] < 0 then
+    overtaken = {0, 0}
   end
-  local new_level = math.min(level + restore, burst)
-  store(new_level)
-  return {1, new_level, now}
+  if not less(overtaken, cost) then
+    keep()
+    return reply(0)
+  end
+  z = sub(z, sub(cost, overtaken))
+  if less(z, floor) then
+    z = floor
+  end
+  store()
+  return reply(1)
 elseif op == 'peek' then
-  keep_start()
-  return {1, level, now}
+  keep()
+  return reply(1)
+elseif op == 'confirm' then
+  keep()
+  if not absent and epoch == tonumber(ARGV[13]) then
+    return reply(1)
+  end
+  return reply(0)
 end
 return redis.error_reply('tollgate: unknown operation')

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use tollgate::redis::{Client, Error, Fault, FaultPolicy, RedisBucket, Source};
+use tollgate::redis::{Client, Error, Fault, FaultPolicy, RedisBucket, RedisConnection, Source};
 use tollgate::{Quota, Rate};
 
 use crate::support::{
@@ -159,8 +159,8 @@ fn a_killed_server_follows_each_policy_and_clients_resume() {
 async fn call_through_the_outage(role: String) {
     let start_us: u64 = setting("START_US").parse().unwrap();
     let end_us: u64 = setting("END_US").parse().unwrap();
-    let client = Client::open(setting("REDIS_URL")).unwrap();
-    let bucket = RedisBucket::builder(client, format!("fault-{role}"), quota())
+    let client = RedisConnection::new(Client::open(setting("REDIS_URL")).unwrap()).unwrap();
+    let bucket = RedisBucket::builder(&client, format!("fault-{role}"), quota())
         .policy(policy(&role))
         .timeout(TIMEOUT)
         .connect()
@@ -188,8 +188,8 @@ fn a_frozen_server_times_out_and_recovers() {
     runtime().block_on(async {
         let timeout = Duration::from_millis(100);
         let build = |name: &str, policy: FaultPolicy| {
-            let client = Client::open(server.url()).unwrap();
-            RedisBucket::builder(client, format!("frozen-{name}"), quota())
+            let client = RedisConnection::new(Client::open(server.url()).unwrap()).unwrap();
+            RedisBucket::builder(&client, format!("frozen-{name}"), quota())
                 .policy(policy)
                 .timeout(timeout)
                 .connect()
@@ -212,12 +212,26 @@ fn a_frozen_server_times_out_and_recovers() {
             "{took:?}"
         );
         assert_eq!(open.try_acquire(1).await.unwrap().source, Source::Open);
-        let grant = fallback.try_acquire(1).await.unwrap();
-        assert_eq!(grant.source, Source::Fallback);
-        assert_eq!(grant.level.unwrap().remaining, 1); // burst 2, one taken
-                                                       // A reservation falls back too, and cancels locally.
+        // The local bucket starts empty when the outage begins: 10/s, no burst on top of what
+        // Redis had left.
+        let denied = fallback.try_acquire(1).await;
+        assert!(
+            matches!(
+                denied,
+                Err(Error::Denied {
+                    source: Source::Fallback,
+                    ..
+                })
+            ),
+            "{denied:?}"
+        );
+        // A reservation falls back too, waits for the local rate, and cancels locally.
         let reservation = fallback.reserve(2, Duration::from_secs(1)).await.unwrap();
         assert_eq!(reservation.source(), Source::Fallback);
+        assert!(
+            reservation.wait() > Duration::from_millis(50),
+            "{reservation:?}"
+        );
         fallback.cancel(reservation).await.unwrap();
 
         server.signal("CONT");
@@ -242,8 +256,10 @@ fn a_bucket_built_before_its_server_connects_later() {
     let _serial = serial();
     let port = free_port();
     runtime().block_on(async {
-        let client = Client::open(format!("redis://127.0.0.1:{port}/")).unwrap();
-        let bucket = RedisBucket::builder(client, "late", quota())
+        let client =
+            RedisConnection::new(Client::open(format!("redis://127.0.0.1:{port}/")).unwrap())
+                .unwrap();
+        let bucket = RedisBucket::builder(&client, "late", quota())
             .timeout(Duration::from_millis(100))
             .connect_lazy()
             .expect("lazy");
@@ -260,8 +276,11 @@ fn a_bucket_built_before_its_server_connects_later() {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         // `connect` instead refuses a server that is not there.
-        let nobody = Client::open(format!("redis://127.0.0.1:{}/", free_port())).unwrap();
-        let refused = RedisBucket::builder(nobody, "late", quota())
+        let nobody = RedisConnection::new(
+            Client::open(format!("redis://127.0.0.1:{}/", free_port())).unwrap(),
+        )
+        .unwrap();
+        let refused = RedisBucket::builder(&nobody, "late", quota())
             .timeout(Duration::from_millis(100))
             .connect()
             .await;

@@ -4,7 +4,7 @@
 //! `cargo test --release --features redis --test redis` runs them all. The tests that span
 //! processes start this binary again as their workers, with `TOLLGATE_WORKER` set.
 
-mod agreement;
+mod bounds;
 mod faults;
 mod nginx;
 mod sharing;

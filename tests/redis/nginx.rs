@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
-use tollgate::redis::{Client, RedisBucket};
+use tollgate::redis::{Client, RedisBucket, RedisConnection};
 use tollgate::{Quota, Rate};
 
 use crate::support::{
@@ -84,9 +84,9 @@ async fn send_through_nginx() {
     let end_us: u64 = setting("END_US").parse().unwrap();
     let rate: u64 = setting("RATE").parse().unwrap();
     let location = setting("LOCATION");
-    let client = Client::open(setting("REDIS_URL")).unwrap();
+    let client = RedisConnection::new(Client::open(setting("REDIS_URL")).unwrap()).unwrap();
     let quota = Quota::new(Rate::per_second(rate)).burst(BURST);
-    let bucket = RedisBucket::builder(client, format!("nginx-{location}"), quota)
+    let bucket = RedisBucket::builder(&client, format!("nginx-{location}"), quota)
         .timeout(Duration::from_secs(1))
         .connect()
         .await

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use tollgate::redis::{Client, FaultPolicy, RedisBucket, Source};
+use tollgate::redis::{Client, FaultPolicy, RedisBucket, RedisConnection, Source};
 use tollgate::{Quota, Rate};
 
 use crate::support::{
@@ -65,9 +65,9 @@ fn four_processes_share_one_bucket() {
 async fn draw_until_the_end() {
     let start_us: u64 = setting("START_US").parse().unwrap();
     let end_us: u64 = setting("END_US").parse().unwrap();
-    let client = Client::open(setting("REDIS_URL")).unwrap();
+    let client = RedisConnection::new(Client::open(setting("REDIS_URL")).unwrap()).unwrap();
     let quota = Quota::new(Rate::per_second(RATE)).burst(BURST);
-    let bucket = RedisBucket::builder(client, "shared", quota)
+    let bucket = RedisBucket::builder(&client, "shared", quota)
         .timeout(Duration::from_secs(1))
         .connect()
         .await
@@ -122,9 +122,9 @@ fn idle_keys_vanish_when_the_bucket_is_full() {
     let _serial = serial();
     let server = RedisServer::start();
     runtime().block_on(async {
-        let client = Client::open(server.url()).unwrap();
+        let client = RedisConnection::new(Client::open(server.url()).unwrap()).unwrap();
         let quota = Quota::new(Rate::per_second(10)).burst(10);
-        let bucket = RedisBucket::builder(client, "idle", quota)
+        let bucket = RedisBucket::builder(&client, "idle", quota)
             .policy(FaultPolicy::FailClosed)
             .connect()
             .await

@@ -1,5 +1,5 @@
-//! Servers the tests start for themselves, and worker processes: the test binary itself, run
-//! again with `TOLLGATE_WORKER` naming the role it plays.
+// Servers the tests start for themselves, and worker processes: the test binary itself, run
+// again with `TOLLGATE_WORKER` naming the role it plays.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -54,8 +54,9 @@ fn wait_until(deadline: Duration, mut ready: impl FnMut() -> bool) -> bool {
 /// A `redis-server` on a loopback port, without persistence, stopped when dropped.
 pub struct RedisServer {
     child: Option<Child>,
-    port: u16,
+    pub port: u16,
     dir: PathBuf,
+    password: Option<String>,
 }
 
 impl RedisServer {
@@ -68,9 +69,39 @@ impl RedisServer {
             child: None,
             port,
             dir: scratch_dir("redis", port),
+            password: None,
         };
         server.restart();
         server
+    }
+
+    /// A server that requires `password`.
+    pub fn start_with_password(password: &str) -> Self {
+        let port = free_port();
+        let mut server = Self {
+            child: None,
+            port,
+            dir: scratch_dir("redis", port),
+            password: Some(password.to_string()),
+        };
+        server.restart();
+        server
+    }
+
+    /// The server's URL with `password`.
+    pub fn url_with_password(&self, password: &str) -> String {
+        format!("redis://:{password}@127.0.0.1:{}/", self.port)
+    }
+
+    /// Runs `redis-cli` with `args` (authenticating with `password`); its output.
+    pub fn cli(&self, password: Option<&str>, args: &[&str]) -> String {
+        let mut command = Command::new("redis-cli");
+        command.args(["-p", &self.port.to_string()]);
+        if let Some(password) = password {
+            command.args(["--no-auth-warning", "-a", password]);
+        }
+        let out = command.args(args).output().expect("redis-cli");
+        String::from_utf8_lossy(&out.stdout).trim_end().to_string()
     }
 
     pub fn url(&self) -> String {
@@ -84,10 +115,14 @@ impl RedisServer {
     /// Starts the server again on the same port (after `kill`).
     pub fn restart(&mut self) {
         assert!(self.child.is_none(), "stop the server first");
-        let child = Command::new("redis-server")
+        let mut command = Command::new("redis-server");
+        if let Some(password) = &self.password {
+            command.args(["--requirepass", password]);
+        }
+        let child = command
             .args(["--port", &self.port.to_string()])
             .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-            .args(["--loglevel", "warning"])
+            .args(["--loglevel", "warning", "--enable-debug-command", "local"])
             .arg("--dir")
             .arg(&self.dir)
             .stdout(Stdio::null())
@@ -96,9 +131,19 @@ impl RedisServer {
         self.child = Some(child);
         let port = self.port;
         assert!(
-            wait_until(Duration::from_secs(10), || ping(port)),
-            "redis-server did not answer on port {port}"
+            wait_until(Duration::from_secs(10), || TcpStream::connect((
+                "127.0.0.1",
+                port
+            ))
+            .is_ok()),
+            "redis-server did not listen on port {port}"
         );
+        if self.password.is_none() {
+            assert!(
+                wait_until(Duration::from_secs(10), || ping(port)),
+                "redis-server did not answer on port {port}"
+            );
+        }
     }
 
     /// Kills the server at once, as a crash would.
@@ -298,5 +343,101 @@ pub async fn sleep_until_unix(at_us: u64) {
     let now = unix_us();
     if at_us > now {
         tokio::time::sleep(Duration::from_micros(at_us - now)).await;
+    }
+}
+
+/// A TCP proxy on loopback in front of a server, which can hold every byte (a partition: both
+/// sides see a silent link, and what was sent arrives when it heals), or cut every connection
+/// and refuse new ones.
+pub struct Proxy {
+    pub port: u16,
+    held: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    cut: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Proxy {
+    pub fn start(target: u16) -> Self {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::Arc;
+        let listener = TcpListener::bind("127.0.0.1:0").expect("proxy port");
+        let port = listener.local_addr().unwrap().port();
+        let held = Arc::new(AtomicBool::new(false));
+        let cut = Arc::new(AtomicBool::new(false));
+        let (h, c) = (Arc::clone(&held), Arc::clone(&cut));
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { continue };
+                if c.load(Ordering::SeqCst) {
+                    continue; // dropped: the client sees the connection closed
+                }
+                let Ok(server) = TcpStream::connect(("127.0.0.1", target)) else {
+                    continue;
+                };
+                for (from, to) in [
+                    (client.try_clone().unwrap(), server.try_clone().unwrap()),
+                    (server, client),
+                ] {
+                    let (h, c) = (Arc::clone(&h), Arc::clone(&c));
+                    std::thread::spawn(move || pump(from, to, &h, &c));
+                }
+            }
+        });
+        Self { port, held, cut }
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// Holds every byte (`true`) or lets them through again (`false`).
+    pub fn hold(&self, held: bool) {
+        self.held.store(held, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Cuts every connection and refuses new ones (`true`), or accepts them again.
+    pub fn cut(&self, cut: bool) {
+        self.cut.store(cut, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+fn pump(
+    mut from: TcpStream,
+    mut to: TcpStream,
+    held: &std::sync::atomic::AtomicBool,
+    cut: &std::sync::atomic::AtomicBool,
+) {
+    use std::sync::atomic::Ordering;
+    let _ = from.set_read_timeout(Some(Duration::from_millis(5)));
+    let mut buffer = [0u8; 16 * 1024];
+    loop {
+        if cut.load(Ordering::SeqCst) {
+            let _ = from.shutdown(std::net::Shutdown::Both);
+            let _ = to.shutdown(std::net::Shutdown::Both);
+            return;
+        }
+        if held.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(2));
+            continue;
+        }
+        match from.read(&mut buffer) {
+            Ok(0) => {
+                let _ = to.shutdown(std::net::Shutdown::Both);
+                return;
+            }
+            Ok(read) => {
+                if to.write_all(&buffer[..read]).is_err() {
+                    return;
+                }
+            }
+            Err(error)
+                if matches!(
+                    error.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(_) => {
+                let _ = to.shutdown(std::net::Shutdown::Both);
+                return;
+            }
+        }
     }
 }

@@ -1,13 +1,28 @@
 //! The script and the local bucket agree: the same (time, request) sequence gives the same
 //! decisions, the same `retry_after`, the same waits and the same tokens left. The script takes
-//! its `now` from the test here, and only here; the local bucket reads a `ManualClock`.
+//! its `now` from the test here, and only here, through a path that exists in the crate's own
+//! tests alone; the local bucket reads a `ManualClock`. The script's clock handling (a server
+//! clock stepped back or forward) is pinned here the same way.
+//!
+//! `cargo test --release --features redis --lib redis::` runs them, on a `redis-server` each
+//! test starts on a free loopback port.
 
+use std::format;
 use std::time::Duration;
+use std::vec::Vec;
 
-use tollgate::redis::{Client, Error, RedisBucket, RedisReservation, Source};
-use tollgate::{Denied, ManualClock, Quota, Rate, Reservation, TokenBucket};
+use super::{Client, Error, RedisBucket, RedisConnection, RedisReservation, Source};
+use crate::{Denied, ManualClock, Quota, Rate, Reservation, TokenBucket};
 
-use crate::support::{runtime, serial, RedisServer};
+/// The servers of `tests/redis/`, started the same way.
+#[allow(dead_code)]
+mod support {
+    use std::format;
+    use std::string::{String, ToString};
+    use std::vec::Vec;
+    include!("../../tests/redis/support.rs");
+}
+use support::{runtime, serial, RedisServer};
 
 /// A realistic Redis `TIME` in microseconds (November 2023), so the script's sums run near
 /// their real magnitudes.
@@ -47,10 +62,10 @@ async fn run_both(
         Duration::from_nanos(1),
         "{quota}: the local bucket must read its clock to the nanosecond to compare"
     );
-    let client = Client::open(server.url()).expect("client");
+    let client = RedisConnection::new(Client::open(server.url()).expect("client")).expect("conn");
     // Lazy, so that the first call, which applies the start fill, runs at T0 as the local
     // bucket's construction does.
-    let shared = RedisBucket::builder(client, key, quota)
+    let shared = RedisBucket::builder(&client, key, quota)
         .timeout(Duration::from_secs(2))
         .connect_lazy()
         .expect("connect");
@@ -296,4 +311,156 @@ fn ms(ms: u64) -> Duration {
 
 fn insufficient(retry_after: Duration) -> Denied {
     Denied::Insufficient { retry_after }
+}
+
+#[test]
+fn reservations_decades_long_agree_up_to_the_local_debt_bound() {
+    let _serial = serial();
+    let server = RedisServer::start();
+    // 2 tokens per 1.000003 ms, a burst of 10^9 (5.8 days of them): the local bucket reads its
+    // clock to the nanosecond and bounds debt at 2^61 ns (73 years); reservations of a whole
+    // burst each until both deny.
+    let quota = Quota::new(Rate::new(2, Duration::from_nanos(1_000_003)))
+        .burst(1_000_000_000)
+        .start_empty();
+    let steps: Vec<_> = (0..4_700)
+        .map(|_| (0, Step::Reserve(1_000_000_000, Duration::MAX)))
+        .chain([
+            (1_000, Step::CancelNewest),
+            (
+                1_000,
+                Step::Reserve(1_000_000_000, Duration::from_secs(3_600)),
+            ),
+        ])
+        .collect();
+    let seen = runtime().block_on(run_both(&server, "decades", quota, &steps));
+    let reserved = seen
+        .iter()
+        .filter(|seen| matches!(seen, Seen::Reserved { .. }))
+        .count();
+    let longest = seen.iter().filter_map(|seen| match seen {
+        Seen::Reserved { wait } => Some(*wait),
+        _ => None,
+    });
+    let longest = longest.max().unwrap();
+    std::println!("{reserved} reservations, the last due in {longest:?}");
+    assert!(reserved > 4_000, "{reserved}");
+    assert!(
+        longest > Duration::from_secs(72 * 365 * 86_400),
+        "{longest:?}"
+    );
+    assert!(
+        matches!(seen[4_699], Seen::Denied(Denied::Insufficient { .. })),
+        "{:?}",
+        seen[4_699]
+    );
+}
+
+/// The server's clock stepping: back credits nothing and adds no wait; forward credits at most
+/// the burst; either way the bucket serves normally at once.
+#[test]
+fn a_server_clock_step_credits_at_most_a_burst_and_locks_nothing() {
+    let _serial = serial();
+    let server = RedisServer::start();
+    runtime().block_on(async {
+        let client = RedisConnection::new(Client::open(server.url()).unwrap()).unwrap();
+        let quota = Quota::new(Rate::per_second(10)).burst(10);
+        let bucket = RedisBucket::builder(&client, "clock", quota)
+            .connect_lazy()
+            .unwrap();
+        let remaining = |grant: super::Grant| grant.level.unwrap().remaining;
+        let at = |us: i64| bucket.pin_script_now(Some((T0_US as i64 + us) as u64));
+        // (µs after T0, tokens asked, what is left after, or None if denied)
+        let rows: [(i64, u32, Option<u64>); 11] = [
+            (0, 1, Some(9)),
+            // 2 h back: the 9 tokens are still there, and the tenth is owed 100 ms later
+            (-7_200_000_000, 9, Some(0)),
+            (-7_200_000_000, 1, None),
+            (-7_199_900_000, 1, Some(0)),
+            // 60 s forward: full, no more
+            (60_000_000, 10, Some(0)),
+            (60_000_000, 1, None),
+            // and back again: the bucket keeps the level it had (empty), refilling from now
+            (0, 1, None),
+            (100_000, 1, Some(0)),
+            (1_000_000, 9, Some(0)),
+            (2_000_000, 10, Some(0)),
+            (2_000_000, 1, None),
+        ];
+        for (us, n, want) in rows {
+            at(us);
+            let got = bucket.try_acquire(n).await.ok().map(remaining);
+            assert_eq!(got, want, "at {us} µs, {n} tokens");
+        }
+    });
+}
+
+/// A server clock stepped 60 s forward and back, near the real time, with the deadline on:
+/// the first call after the step runs past its deadline by the old clock, does nothing, and is
+/// retried at once with Redis's new time, so no call fails for it; a step back leaves the
+/// deadline far ahead, and the call is served too.
+#[test]
+fn a_server_clock_step_fails_no_call() {
+    let _serial = serial();
+    let server = RedisServer::start();
+    runtime().block_on(async {
+        let client = RedisConnection::new(Client::open(server.url()).unwrap()).unwrap();
+        let quota = Quota::new(Rate::per_second(10)).burst(10);
+        // A long timeout, so that a late answer comes back well within its quarter even on a
+        // loaded box: the retry is for answers that plainly were not late.
+        let bucket = RedisBucket::builder(&client, "stepped", quota)
+            .timeout(Duration::from_secs(2))
+            .connect_lazy()
+            .unwrap();
+        let real_us = || support::unix_us();
+        let left = |grant: super::Grant| grant.level.unwrap().remaining;
+        bucket.pin_script_now_with_deadline(real_us());
+        assert_eq!(left(bucket.try_acquire(1).await.expect("before")), 9);
+        bucket.pin_script_now_with_deadline(real_us() + 60_000_000);
+        let forward = bucket.try_acquire(1).await.expect("after 60 s forward");
+        assert_eq!(left(forward), 9, "full at most, one taken");
+        bucket.pin_script_now_with_deadline(real_us());
+        let back = bucket.try_acquire(9).await.expect("after 60 s back");
+        assert_eq!(left(back), 0, "the level kept, nothing locked");
+    });
+}
+
+/// The long reservation the local bucket grants at 999 983/s, where it reads its clock to
+/// 2.048 µs and rounds the rate down by less than one part in 2^20 (it cannot hold this rate
+/// exactly for a century): Redis, exact, grants it too, with the same wait to within that.
+#[test]
+fn a_reservation_of_2000_s_is_granted_by_both() {
+    let _serial = serial();
+    let server = RedisServer::start();
+    runtime().block_on(async {
+        let client = RedisConnection::new(Client::open(server.url()).unwrap()).unwrap();
+        let quota = Quota::new(Rate::per_second(999_983))
+            .burst(1_000_000_000)
+            .start_empty();
+        let clock = ManualClock::starting_at(T0_US * 1_000);
+        let local = TokenBucket::try_new(quota, &clock).unwrap();
+        let shared = RedisBucket::builder(&client, "long", quota)
+            .connect_lazy()
+            .unwrap();
+        shared.pin_script_now(Some(T0_US));
+        let hour = Duration::from_secs(3_600);
+        for _ in 0..3 {
+            let mine = local.reserve(1_000_000_000, hour).map(|r| r.wait());
+            let theirs = shared.reserve(1_000_000_000, hour).await.map(|r| r.wait());
+            match (mine, theirs) {
+                (Ok(mine), Ok(theirs)) => {
+                    let apart = mine.abs_diff(theirs);
+                    let rounding = mine / (1 << 20) + local.resolution();
+                    assert!(
+                        !local.is_exact() && apart <= rounding,
+                        "{mine:?} {theirs:?}"
+                    );
+                }
+                (mine, theirs) => panic!("local {mine:?}, Redis {theirs:?}"),
+            }
+        }
+        // A fourth would wait 4 000 s: both deny.
+        assert!(local.reserve(1_000_000_000, hour).is_err());
+        assert!(shared.reserve(1_000_000_000, hour).await.is_err());
+    });
 }
