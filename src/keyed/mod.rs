@@ -123,7 +123,7 @@ pub(crate) fn units_to_evictable(p: &Params, word: u64, now_units: u64, guard_un
 /// that an age up to it always reads as one.
 pub(crate) const fn protection_units(p: &Params, window_ticks: u64) -> u64 {
     let quanta = (window_ticks >> p.shift) as u128;
-    let units = quanta * p.units_per_quantum.get() as u128 + 1;
+    let units = quanta * p.units_per_quantum.get() as u128;
     let most = (p.half / 2 - p.burst_units) as u128;
     if units > most {
         most as u64
