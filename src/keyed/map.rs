@@ -50,7 +50,7 @@ use crate::{ConfigError, Quota};
 ///   the key gets what [`WhenFull`] says, and [`until_room`](Self::until_room) says when the
 ///   next round is due (the `Retry-After` of a 503).
 ///
-/// [`sweep`](Self::sweep) evicts everything evictable at once and compacts the tables, for a
+/// [`sweep`](Self::sweep) evicts everything evictable at once and shrinks the tables, for a
 /// timer that keeps memory low between floods; on the 32-bit word it also keeps every key
 /// readable, as [`touch_all`](Self::touch_all) does.
 ///
@@ -282,8 +282,8 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word> KeyedLimiter<K, C, W> {
     /// Evicts every full bucket that is not protected, and every protected one full for longer
     /// than the protection window; returns how many. Changes no decision for them.
     ///
-    /// Takes each shard's write lock in turn, for one pass over its keys, compacts its tables
-    /// when eviction left them sparse, and re-anchors the buckets it keeps as
+    /// Takes each shard's write lock in turn, for one pass over its keys, shrinks its tables
+    /// when eviction left them mostly empty, and re-anchors the buckets it keeps as
     /// [`touch_all`](Self::touch_all) does. Call it from a timer to give memory back between
     /// floods; the limiter stays within its capacity without it.
     pub fn sweep(&self) -> usize {
@@ -431,6 +431,7 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word> KeyedLimiter<K, C, W> {
         }
         let (entry, _) = entry.remove();
         let hasher = &self.hasher;
+        before_insert(&mut entries.protected, hasher);
         entries
             .protected
             .insert_unique(hash, entry, |(k, _)| hasher.hash_one(k));
@@ -463,6 +464,7 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word> KeyedLimiter<K, C, W> {
                 continue;
             }
             let hasher = &self.hasher;
+            before_insert(&mut entries.fresh, hasher);
             let entry =
                 entries
                     .fresh
@@ -516,7 +518,7 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word> KeyedLimiter<K, C, W> {
     }
 
     /// Evicts what may go from one shard, re-anchors what stays, records when a sixteenth of
-    /// it will be evictable, and compacts its tables if eviction left them sparse. Returns how
+    /// it will be evictable, and shrinks its tables if eviction left them mostly empty. Returns how
     /// many were evicted.
     fn sweep_shard(&self, shard: &Shard<K, W>, now: u64) -> usize {
         let p = &self.params;
@@ -542,8 +544,8 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word> KeyedLimiter<K, C, W> {
         self.protected_held
             .fetch_sub(unprotected, Ordering::Relaxed);
         self.held.fetch_sub(evicted, Ordering::Relaxed);
-        compact(&mut entries.protected, before.0, &self.hasher);
-        compact(&mut entries.fresh, before.1, &self.hasher);
+        shrink(&mut entries.protected, &self.hasher);
+        shrink(&mut entries.fresh, &self.hasher);
         // Not again until a sixteenth of what is left may go: a flood against a full limiter
         // then costs a scan per sixteenth of a shard freed, not a scan per new key.
         let batch = (to_evictable_ticks.len() / 16).max(1);
@@ -567,15 +569,51 @@ fn reserve(count: &AtomicUsize, max: usize) -> bool {
         .is_ok()
 }
 
-/// Rebuilds `table` at the size its entries need once eviction removed an eighth or more of
-/// the `before` it had: removals leave deleted marks that take room until the table is
-/// rebuilt, and a rebuilt table is smaller after a flood.
-fn compact<K: Hash, A>(table: &mut HashTable<(K, A)>, before: usize, hasher: &RandomState) {
+/// How many entries `table` holds before it must grow or rehash: hashbrown's load limit (7/8 of
+/// its buckets), with the bucket count read back from the allocation size (entries, then one
+/// control byte each and one group of spare control bytes; the padding between them is less
+/// than an entry and a control byte, so rounding down to a power of two recovers it).
+fn full_capacity<T>(table: &HashTable<T>) -> usize {
+    let bytes = table.allocation_size();
+    if bytes == 0 {
+        return 0;
+    }
+    let estimate = bytes.saturating_sub(16) / (core::mem::size_of::<T>() + 1);
+    let buckets = 1usize << estimate.max(1).ilog2();
+    if buckets < 8 {
+        buckets - 1
+    } else {
+        buckets / 8 * 7
+    }
+}
+
+/// Makes room for one more entry without doubling a table that is only full of deleted marks:
+/// eviction leaves one per removed entry, and hashbrown counts them against its load limit, so a
+/// table at a steady number of keys under a flood would otherwise double again and again. When
+/// they are a thirty-second of the entries or more, the table is rebuilt at its bucket count
+/// without them: at most once per that many insertions, so at most 32 moves per insertion.
+fn before_insert<K: Hash, A>(table: &mut HashTable<(K, A)>, hasher: &RandomState) {
     let len = table.len();
-    if (before - len) * 8 < before.max(8) {
+    if table.capacity() > len {
         return;
     }
-    let mut rebuilt = HashTable::with_capacity(len);
+    let full = full_capacity(table);
+    if full.saturating_sub(len) >= (len / 32).max(1) {
+        rebuild(table, full, hasher);
+    }
+}
+
+/// Gives memory back once a table is mostly empty: rebuilt at the size its entries need.
+fn shrink<K: Hash, A>(table: &mut HashTable<(K, A)>, hasher: &RandomState) {
+    let len = table.len();
+    if len.saturating_mul(4) < full_capacity(table) {
+        rebuild(table, len, hasher);
+    }
+}
+
+/// Moves every entry into a new table sized for `capacity`, without deleted marks.
+fn rebuild<K: Hash, A>(table: &mut HashTable<(K, A)>, capacity: usize, hasher: &RandomState) {
+    let mut rebuilt = HashTable::with_capacity(capacity);
     for (key, word) in table.drain() {
         let hash = hasher.hash_one(&key);
         rebuilt.insert_unique(hash, (key, word), |(k, _)| hasher.hash_one(k));
