@@ -474,10 +474,7 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word> KeyedLimiter<K, C, W> {
             let word = &entry.get().1;
             let result = self.take(word, now, cost);
             // The new bucket may be evictable before the shard's next sweep was due.
-            let evictable = now.wrapping_add(p.ticks_until(
-                now,
-                units_to_evictable(p, W::load(word), p.units_at(now), 0),
-            ));
+            let evictable = now.wrapping_add(p.ticks_to_full(W::load(word), now));
             lower(&shard.due_ticks, now, evictable);
             lower(&self.next_room_ticks, now, evictable);
             return result;
