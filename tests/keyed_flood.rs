@@ -4,8 +4,11 @@
 
 use core::time::Duration;
 
+use std::net::{IpAddr, Ipv6Addr};
+
 use tollgate::{
-    KeyedDenied, KeyedLimiter, KeyedTable, ManualClock, Quota, Rate, TokenBucket, WhenFull,
+    IpPrefix, KeyedDenied, KeyedLimiter, KeyedTable, ManualClock, Quota, Rate, TokenBucket,
+    WhenFull,
 };
 
 const MS: Duration = Duration::from_millis(1);
@@ -84,6 +87,17 @@ const QUOTA: Quota = Quota::new(Rate::per_second(10)).burst(10);
 const POLITE: u64 = u64::MAX;
 
 fn flood(table: &dyn Keyed, clock: &ManualClock, attackers_per_second: u64) -> Flood {
+    flood_with(table, clock, attackers_per_second, &[10])
+}
+
+/// The flood, each attacker key asking for `per_key` tokens in turn: `[10]` drains its burst at
+/// once; `[5, 5]` drains it in two grants, and so comes back and is protected.
+fn flood_with(
+    table: &dyn Keyed,
+    clock: &ManualClock,
+    attackers_per_second: u64,
+    per_key: &[u32],
+) -> Flood {
     // The polite key: one request every 200 ms, half its rate, checked against a bucket of its
     // own. It is there before the flood: two requests, 200 ms apart.
     let reference = TokenBucket::try_new(QUOTA, clock).unwrap();
@@ -109,9 +123,11 @@ fn flood(table: &dyn Keyed, clock: &ManualClock, attackers_per_second: u64) -> F
         clock.advance(MS);
         for _ in 0..per_ms {
             // Each attacker key drains its burst: its bucket stays short of full the longest.
-            let got = table.try_acquire(next_key, 10);
-            result.attacker_asked += 1;
-            result.attacker_granted += u64::from(got.is_ok());
+            for &n in per_key {
+                let got = table.try_acquire(next_key, n);
+                result.attacker_asked += 1;
+                result.attacker_granted += u64::from(got.is_ok());
+            }
             next_key += 1;
         }
         if ms % 200 == 0 {
@@ -175,6 +191,27 @@ fn a_polite_key_keeps_its_grants_in_a_keyed_table_under_any_flood_and_either_pol
             assert_polite_kept_its_grants(&result, &at);
             assert_eq!(table.protected_len(), 1, "{at}");
         }
+    }
+}
+
+#[test]
+fn returning_attackers_take_the_protected_share_but_not_the_polite_keys_slot() {
+    // Each attacker key comes back once, so that it is protected too: the attacker fills the
+    // protected share (three quarters) and keeps it, but cannot take a protected slot.
+    for when_full in [WhenFull::Refuse, WhenFull::Admit] {
+        let clock = ManualClock::new();
+        let limiter = KeyedLimiter::with_shards(QUOTA, &clock, 1_000, when_full, 8).unwrap();
+        let result = flood_with(&limiter, &clock, 20_000, &[5, 5]);
+        let at = format!("limiter, {when_full:?}");
+        assert_polite_kept_its_grants(&result, &at);
+        assert_eq!(limiter.protected_len(), 750, "{at}");
+
+        let clock = ManualClock::new();
+        let table = KeyedTable::<u64, _, 64>::try_new(QUOTA, &clock, when_full).unwrap();
+        let result = flood_with(&table, &clock, 20_000, &[5, 5]);
+        let at = format!("table, {when_full:?}");
+        assert_polite_kept_its_grants(&result, &at);
+        assert_eq!(table.protected_len(), 48, "{at}");
     }
 }
 
@@ -282,4 +319,42 @@ fn touch_all_keeps_every_key_of_a_32_bit_table_readable_and_evictable() {
     assert_eq!(limiter.try_acquire(&1, 10), Ok(()));
     assert_eq!(limiter.try_acquire(&3, 1), Ok(()));
     assert_eq!(limiter.len(), 2);
+}
+
+#[test]
+fn prefix_keys_give_a_whole_network_one_key() {
+    let ip = |text: &str| text.parse::<IpAddr>().unwrap();
+    // (v4 bits, v6 bits, address, key)
+    let rows = [
+        (32, 64, "2001:db8:1:2:3:4:5:6", "2001:db8:1:2::"),
+        (32, 64, "2001:db8:1:2:ffff:ffff:ffff:ffff", "2001:db8:1:2::"),
+        (32, 48, "2001:db8:1:2:3:4:5:6", "2001:db8:1::"),
+        (32, 128, "2001:db8::7", "2001:db8::7"),
+        (32, 0, "2001:db8::7", "::"),
+        (32, 64, "192.0.2.77", "192.0.2.77"),
+        (24, 64, "192.0.2.77", "192.0.2.0"),
+        (0, 64, "192.0.2.77", "0.0.0.0"),
+        (32, 64, "::ffff:192.0.2.77", "192.0.2.77"), // a dual-stack socket's IPv4 client
+        (40, 200, "2001:db8::7", "2001:db8::7"),     // lengths past the address: all of it
+    ];
+    for (v4, v6, address, key) in rows {
+        assert_eq!(
+            IpPrefix::new(v4, v6).key(ip(address)),
+            ip(key),
+            "{address} /{v4} /{v6}"
+        );
+    }
+    assert_eq!(IpPrefix::default().bits(), (32, 64));
+    assert_eq!(IpPrefix::new(40, 200).bits(), (32, 128));
+
+    // An attacker with a /64 gets one bucket, however many addresses it uses.
+    let clock = ManualClock::new();
+    let limiter = KeyedLimiter::new(QUOTA, &clock, 1_000, WhenFull::Refuse).unwrap();
+    let by_network = IpPrefix::default();
+    let granted = (0..100u128)
+        .map(|host| IpAddr::V6(Ipv6Addr::from((0x2001_0db8_0000_0001u128 << 64) | host)))
+        .filter(|&address| limiter.try_acquire(&by_network.key(address), 1).is_ok())
+        .count();
+    assert_eq!(granted, 10); // one burst
+    assert_eq!(limiter.len(), 1);
 }

@@ -33,8 +33,8 @@ use crate::{ConfigError, Quota};
 /// no call is using, the unprotected bucket full the longest, or else a protected one past its
 /// window (a full bucket is the same as an absent one, so eviction changes no decision for it).
 /// When there is none, the new key gets what [`WhenFull`] says, and
-/// [`until_room`](Self::until_room) says when one will be. A promotion beyond `N - N / 4`
-/// demotes the protected key full the longest, if any is full.
+/// [`until_room`](Self::until_room) says when one will be. A protected key stops being one only
+/// when it is evicted: past the share, a returning key stays unprotected.
 ///
 /// On the 32-bit word, call [`touch_all`](Self::touch_all) from a timer at least once per
 /// [`idle_horizon`](Self::idle_horizon): every held key then reads right however long it is
@@ -187,7 +187,7 @@ impl<K: Eq, C: Clock, const N: usize, W: Word> KeyedTable<K, C, N, W> {
         let result = cell.try_take::<C>(now, cost);
         if returning && result.is_ok() {
             // Still counted in: the slot cannot change keys before it is promoted.
-            self.promote(slot, p.units_at(now));
+            self.promote(slot);
         }
         // Release: this call's update happens before an evictor's Acquire read of the count.
         self.users[slot].fetch_sub(1, Ordering::Release);
@@ -378,28 +378,13 @@ impl<K: Eq, C: Clock, const N: usize, W: Word> KeyedTable<K, C, N, W> {
         best.map(|(_, _, slot)| slot)
     }
 
-    /// Protects `slot`'s key after its second grant: within the share of protected keys, or
-    /// in place of the protected key whose bucket has been full the longest.
-    fn promote(&self, slot: usize, now_units: u64) {
-        let p = &self.params;
+    /// Protects `slot`'s key after its second grant, within the share of protected keys.
+    fn promote(&self, slot: usize) {
         critical_section::with(|cs| {
             let mut slots = self.slots.borrow_ref_mut(cs);
-            if slots.protected[slot] {
-                return;
-            }
-            if slots.protected_len < Self::MAX_PROTECTED {
+            if !slots.protected[slot] && slots.protected_len < Self::MAX_PROTECTED {
                 slots.protected[slot] = true;
                 slots.protected_len += 1;
-                return;
-            }
-            let demoted = (0..N)
-                .filter(|&other| slots.protected[other])
-                .map(|other| (W::load(&self.words[other]), other))
-                .filter(|&(word, _)| units_to_evictable(p, word, now_units, 0) == 0)
-                .max_by_key(|&(word, _)| p.elapsed(now_units, word));
-            if let Some((_, other)) = demoted {
-                slots.protected[other] = false;
-                slots.protected[slot] = true;
             }
         })
     }
