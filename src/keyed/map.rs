@@ -33,8 +33,7 @@ use crate::{ConfigError, Quota};
 /// global lock, no write lock, and threads on the same key or shard do not wait for each other.
 /// Only adding a key, protecting it, and eviction take a shard's write lock.
 ///
-/// The policy (see the [module docs](crate::KeyedTable) for the fixed table's, which is the
-/// same):
+/// The policy (the fixed-capacity `KeyedTable`'s is the same):
 ///
 /// - A key granted a second time while held becomes *protected*, up to three quarters of the
 ///   capacity. A protected bucket is evicted only once it has been full for the protection
