@@ -254,17 +254,19 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word> KeyedLimiter<K, C, W> {
 
     /// How long until a new key would find room: zero while the limiter is under its capacity
     /// (or, under [`WhenFull::Admit`], while the overflow bucket holds a token); otherwise the
-    /// time until the next round of sweeps is due, or the overflow bucket refills a token,
-    /// whichever comes first. It is what a `503` answer's `Retry-After` says. Keys that come
+    /// time until the next round of sweeps is due (at least a tick), or the overflow bucket
+    /// refills a token, whichever comes first. It is what a `503` answer's `Retry-After` says. Keys that come
     /// meanwhile may take that room first.
     pub fn until_room(&self) -> Duration {
         let now = self.clock.now();
         if self.held.load(Ordering::Relaxed) < self.capacity {
             return Duration::ZERO;
         }
+        // A round already due is running, or has just found nothing to free and not yet said
+        // when it will: at least a tick, so that a refused key is never told "now".
         let next = self.next_room_ticks.load(Ordering::Relaxed);
         let mut ticks = if reached(now, next) {
-            0
+            1
         } else {
             next.wrapping_sub(now)
         };

@@ -128,14 +128,20 @@ impl RateLimited {
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
     pub fn headers(&self) -> RateLimitHeaders {
-        let retry_after = self
-            .retry_after()
-            .map(|wait| format!("{}", ceil_secs(wait)));
-        // A refused newcomer holds nothing until it is admitted: its `t` is the wait for room.
-        let (remaining, reset) = match (self.denial, self.room) {
-            (KeyedDenied::Full { .. }, Some(room)) => (0, ceil_secs(room)),
-            _ => (0, ceil_secs(self.reset)),
+        // A refused newcomer holds nothing until it is admitted: its `t` is the wait for room,
+        // at least a second, for room that a flood may take again at once.
+        let (retry_after, remaining, reset) = match (self.denial, self.room) {
+            (KeyedDenied::Full { .. }, Some(room)) => {
+                let wait = ceil_secs(room).max(1);
+                (Some(wait), 0, wait)
+            }
+            (denial, _) => (
+                denial.retry_after().map(ceil_secs),
+                0,
+                ceil_secs(self.reset),
+            ),
         };
+        let retry_after = retry_after.map(|wait| format!("{wait}"));
         RateLimitHeaders {
             retry_after,
             rate_limit: format!("\"default\";r={remaining};t={reset}"),
@@ -164,7 +170,7 @@ impl std::error::Error for RateLimited {}
 /// fill (a token bucket's window). `r` is the tokens left (0 when refused) and `t` the seconds
 /// until the bucket is full again, both for the client refused; for a new client refused
 /// because a keyed limiter is at its capacity (503), `t` and `Retry-After` are the seconds until
-/// it would find room. All seconds are rounded up.
+/// it would find room, at least one. All seconds are rounded up.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RateLimitHeaders {
     /// `Retry-After` in whole seconds, rounded up; `None` when no wait would help.
