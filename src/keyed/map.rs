@@ -502,6 +502,8 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word> KeyedLimiter<K, C, W> {
         if self.sweeping.swap(true, Ordering::Acquire) {
             return false;
         }
+        // Ends the round even if a key's `Hash` panics in the middle of it.
+        let _round = RoundGuard(&self.sweeping);
         let mut next = now.wrapping_add(NEVER_TICKS);
         let mut evicted = 0;
         for shard in self.shards.iter() {
@@ -511,7 +513,6 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word> KeyedLimiter<K, C, W> {
             next = earliest(now, next, shard.due_ticks.load(Ordering::Relaxed));
         }
         self.next_room_ticks.store(next, Ordering::Relaxed);
-        self.sweeping.store(false, Ordering::Release);
         evicted > 0
     }
 
@@ -558,7 +559,17 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word> KeyedLimiter<K, C, W> {
     }
 }
 
-/// Takes one from `count` if it is below `max`.
+/// Marks the round over when dropped.
+struct RoundGuard<'a>(&'a AtomicBool);
+
+impl Drop for RoundGuard<'_> {
+    fn drop(&mut self) {
+        // Release: the next round sees this one's hints.
+        self.0.store(false, Ordering::Release);
+    }
+}
+
+/// Adds one to `count` if it is below `max`; whether it did.
 fn reserve(count: &AtomicUsize, max: usize) -> bool {
     count
         .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
