@@ -1,5 +1,7 @@
-//! An HTTP server that limits each client address, answering `429 Too Many Requests` with
-//! `Retry-After` and the IETF draft's `RateLimit` / `RateLimit-Policy` headers.
+//! An HTTP server that limits each client network (an IPv4 address, an IPv6 /64), answering
+//! `429 Too Many Requests` with `Retry-After` and the IETF draft's `RateLimit` /
+//! `RateLimit-Policy` headers, and `503 Service Unavailable` with the `Retry-After` of the next
+//! free slot when the limiter is at its capacity and a new client finds no room.
 //!
 //! ```text
 //! cargo run --example axum_server --features tower -- 3000
@@ -18,24 +20,26 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use tollgate::layer::{BoxError, RateLimited, RejectLayer};
-use tollgate::{KeyedLimiter, Quota, Rate, StdClock, WhenFull};
+use tollgate::{IpPrefix, KeyedLimiter, Quota, Rate, StdClock, WhenFull};
 use tower::ServiceBuilder;
 
-/// One bucket per client address; requests without one share a bucket.
+/// One bucket per client network; requests without an address share a bucket.
 pub type PerAddress = KeyedLimiter<Option<IpAddr>, StdClock>;
 
-/// The application: one route, limited per client address.
+/// The application: one route, limited per client network. An IPv6 client is keyed by its /64
+/// (a host usually owns the whole of it), an IPv4 client by its address.
 pub fn app(limiter: Arc<PerAddress>) -> Router {
-    let client_address = |request: &Request<Body>| {
+    let by_network = IpPrefix::default();
+    let client_network = move |request: &Request<Body>| {
         request
             .extensions()
             .get::<ConnectInfo<SocketAddr>>()
-            .map(|ConnectInfo(address)| address.ip())
+            .map(|ConnectInfo(address)| by_network.key(address.ip()))
     };
     Router::new().route("/", get(|| async { "hello\n" })).layer(
         ServiceBuilder::new()
             .layer(HandleErrorLayer::new(refusal_response))
-            .layer(RejectLayer::per_key(limiter, client_address)),
+            .layer(RejectLayer::per_key(limiter, client_network)),
     )
 }
 
@@ -54,11 +58,17 @@ async fn refusal_response(error: BoxError) -> Response {
     response
 }
 
-/// The limiter: ten requests at once, then five a second, for up to 100 000 addresses; a new
-/// address beyond that is refused (503) until buckets fill up and are evicted.
+/// The limiter: `quota` per client network, for up to 100 000 networks. A network that came
+/// back within its quota keeps its bucket through any flood of new ones; a new network beyond
+/// the capacity is refused (503, with the `Retry-After` of the next free slot).
 pub fn limiter(quota: Quota) -> Arc<PerAddress> {
-    let limiter = KeyedLimiter::new(quota, StdClock, 100_000, WhenFull::Refuse)
-        .expect("the quota fits the word");
+    limiter_with(quota, 100_000, WhenFull::Refuse)
+}
+
+/// A limiter of `capacity` networks that treats newcomers without room as `when_full` says.
+pub fn limiter_with(quota: Quota, capacity: usize, when_full: WhenFull) -> Arc<PerAddress> {
+    let limiter =
+        KeyedLimiter::new(quota, StdClock, capacity, when_full).expect("the quota fits the word");
     Arc::new(limiter)
 }
 

@@ -112,3 +112,62 @@ async fn over_the_limit_gets_429_with_a_correct_retry_after_and_under_it_none() 
     );
     serving.abort();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_polite_client_keeps_its_grants_through_a_flood_of_new_addresses() {
+    // A hundred clients at most, twenty requests a second each, bursts of ten.
+    let quota = Quota::new(Rate::per_second(20)).burst(10);
+    let limiter = axum_server::limiter_with(quota, 100, tollgate::WhenFull::Refuse);
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let server = listener.local_addr().unwrap();
+    let serving = tokio::spawn(axum_server::serve(listener, limiter));
+
+    const POLITE: [u8; 4] = [127, 0, 0, 4];
+    // There before the flood: two grants, and its bucket is its own from then on.
+    for _ in 0..2 {
+        assert_eq!(get(server, POLITE).await.status, 200);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The flood: 32 connections at a time, each new address draining its burst, for 2 s.
+    let until = Instant::now() + Duration::from_secs(2);
+    let attackers: Vec<_> = (0..32u32)
+        .map(|task| {
+            tokio::spawn(async move {
+                let mut replies = Vec::new();
+                let mut n = task;
+                while Instant::now() < until {
+                    let address = (0x7f02_0000u32 + n).to_be_bytes();
+                    n += 32;
+                    for _ in 0..10 {
+                        replies.push(get(server, address).await);
+                    }
+                }
+                replies
+            })
+        })
+        .collect();
+    // The polite client: every 100 ms, half its rate.
+    let mut polite = Vec::new();
+    let mut every = tokio::time::interval(Duration::from_millis(100));
+    while Instant::now() < until {
+        every.tick().await;
+        polite.push(get(server, POLITE).await.status);
+    }
+    let mut unavailable = 0;
+    for attacker in attackers {
+        for reply in attacker.await.unwrap() {
+            assert!([200, 429, 503].contains(&reply.status), "{}", reply.status);
+            if reply.status == 503 {
+                unavailable += 1;
+                // Told when a slot will be free: within the 0.5 s a drained bucket takes to
+                // refill, rounded up.
+                assert_eq!(reply.headers["retry-after"], "1");
+            }
+        }
+    }
+    assert!(unavailable > 0, "the flood filled the limiter");
+    let granted = polite.iter().filter(|&&status| status == 200).count();
+    assert!(polite.len() >= 15, "{} polite requests", polite.len());
+    assert_eq!(granted, polite.len(), "polite statuses: {polite:?}");
+    serving.abort();
+}

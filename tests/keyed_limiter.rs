@@ -53,9 +53,14 @@ fn a_flood_of_a_million_new_keys_stays_within_the_cap_and_a_steady_key_keeps_its
     assert!(refused_new > 800_000, "{refused_new} refused");
     assert!(limiter.available(&steady) <= 1);
 
-    // Ten seconds later every bucket is full: a sweep gives all of them back.
+    // Ten seconds later every bucket is full: a sweep gives back all but the steady key's,
+    // protected since its second grant; a minute after that, it goes too.
     clock.advance(Duration::from_secs(10));
-    assert_eq!(limiter.sweep(), limiter.capacity().min(max_len));
+    assert_eq!(limiter.protected_len(), 1);
+    assert_eq!(limiter.sweep(), limiter.capacity().min(max_len) - 1);
+    assert_eq!(limiter.len(), 1);
+    clock.advance(Duration::from_secs(60));
+    assert_eq!(limiter.sweep(), 1);
     assert!(limiter.is_empty());
 }
 
@@ -99,16 +104,33 @@ fn only_full_buckets_are_evicted() {
 }
 
 #[test]
-fn fail_open_admits_untracked_keys_when_full() {
+fn fail_open_admits_untracked_keys_through_one_shared_overflow_bucket() {
     let clock = ManualClock::new();
-    let quota = Quota::new(Rate::per_second(1)).burst(1);
+    let quota = Quota::new(Rate::per_second(1)).burst(2);
     let limiter = KeyedLimiter::with_shards(quota, &clock, 1, WhenFull::Admit, 1).unwrap();
-    assert_eq!(limiter.try_acquire(&1, 1), Ok(()));
-    for _ in 0..3 {
-        assert_eq!(limiter.try_acquire(&2, 1), Ok(()));
+    let full = Err(KeyedDenied::Full { capacity: 1 });
+    assert_eq!(limiter.try_acquire(&1, 2), Ok(()));
+    assert_eq!(limiter.until_room(), Duration::ZERO); // the overflow bucket holds two
+                                                      // Untracked keys share the overflow bucket: its burst, then its rate, for all of them.
+                                                      // (ms since start, key, expected)
+    let rows = [
+        (0, 2, Ok(())),
+        (0, 3, Ok(())),
+        (0, 2, full),
+        (0, 4, full),
+        (1_000, 4, Ok(())), // the overflow bucket refilled one; key 1 is not full yet
+        (1_000, 5, full),
+    ];
+    let mut at = 0;
+    for (ms, key, expected) in rows {
+        clock.advance(Duration::from_millis(ms - at));
+        at = ms;
+        assert_eq!(limiter.try_acquire(&key, 1), expected, "{key} at {ms} ms");
     }
+    // The next overflow token is a second away, key 1's bucket full in one too.
+    assert_eq!(limiter.until_room(), Duration::from_secs(1));
     assert_eq!(limiter.len(), 1);
-    assert!(limiter.try_acquire(&1, 1).is_err()); // the tracked key is still limited
+    assert!(limiter.try_acquire(&1, 2).is_err()); // the tracked key is still limited
 }
 
 #[test]

@@ -54,8 +54,14 @@ fn when_full_the_policy_decides_and_nothing_is_taken() {
         refuse.try_acquire(2, 1),
         Err(KeyedDenied::Full { capacity: 1 })
     );
-    assert_eq!(admit.try_acquire(2, 1), Ok(())); // fail open: granted, not tracked
+    // Bounded fail-open: granted from the overflow bucket that untracked keys share, not
+    // tracked; its one token gone, refused too.
     assert_eq!(admit.try_acquire(2, 1), Ok(()));
+    assert_eq!(
+        admit.try_acquire(3, 1),
+        Err(KeyedDenied::Full { capacity: 1 })
+    );
+    assert_eq!(admit.until_room(), Duration::from_secs(1));
     for table in [&refuse, &admit] {
         assert_eq!(table.len(), 1);
         assert_eq!(table.available(&1), 0); // key 1 untouched by the refusals
@@ -84,10 +90,12 @@ impl Lcg {
 #[test]
 fn many_keys_decide_exactly_as_one_bucket_per_key_would() {
     // 300 keys through 64 slots: buckets come and go, and every decision matches a reference
-    // with an unbounded map of ordinary buckets, because only full buckets are dropped.
+    // with an unbounded map of ordinary buckets, because only full buckets are dropped. With
+    // protection off any full bucket may go, so a new key always finds one here.
     let clock = ManualClock::new();
     let quota = Quota::new(Rate::per_second(100)).burst(3);
-    let table = KeyedTable::<u32, _, 64>::try_new(quota, &clock, WhenFull::Refuse).unwrap();
+    let table =
+        KeyedTable::<u32, _, 64>::with_protection(quota, &clock, WhenFull::Refuse, Duration::ZERO);
     let mut reference: HashMap<u32, TokenBucket<&ManualClock>> = HashMap::new();
     let mut rng = Lcg(7);
     let (mut granted, mut denied) = (0, 0);

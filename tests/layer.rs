@@ -116,17 +116,25 @@ async fn per_key_rejection_limits_each_key_alone() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_full_keyed_limiter_refuses_with_503_and_no_retry_after() {
+async fn a_full_keyed_limiter_refuses_with_503_and_says_when_there_will_be_room() {
     let clock = TokioClock::new();
-    let quota = Quota::new(Rate::per_second(1)).burst(1);
+    // One token every 4 s: key 1's bucket is full, and may be evicted, 4 s after its request.
+    let quota = Quota::new(Rate::new(1, Duration::from_secs(4))).burst(1);
     let limiter =
         Arc::new(KeyedLimiter::with_shards(quota, clock, 1, WhenFull::Refuse, 1).unwrap());
     let service = RejectLayer::per_key(limiter, |request: &u32| *request).layer(echo());
     service.clone().oneshot(1).await.unwrap();
-    let refused = refusal(service.oneshot(2).await.unwrap_err());
+    tokio::time::advance(Duration::from_millis(1_500)).await;
+    let refused = refusal(service.clone().oneshot(2).await.unwrap_err());
     assert_eq!(refused.denial(), KeyedDenied::Full { capacity: 1 });
     assert_eq!(refused.status(), 503);
-    assert_eq!(refused.headers().retry_after, None);
+    assert_eq!(refused.retry_after(), Some(Duration::from_millis(2_500)));
+    let headers = refused.headers();
+    assert_eq!(headers.retry_after.as_deref(), Some("3"));
+    assert_eq!(headers.rate_limit, "\"default\";r=0;t=3");
+    // Waiting as long as told is enough.
+    tokio::time::advance(Duration::from_secs(3)).await;
+    service.oneshot(2).await.unwrap();
 }
 
 #[tokio::test(start_paused = true)]

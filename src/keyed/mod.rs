@@ -1,10 +1,20 @@
 //! Per-key limits: many buckets that share one quota and one clock, each kept in one atomic word.
 //!
 //! A bucket that is full is the same as a bucket that was never made: both grant the burst and
-//! then the rate. So a table may drop full buckets at any time without changing a decision, and
-//! that is the only eviction here. When a table holds its capacity and none of its buckets is
-//! full, a new key gets [`KeyedDenied::Full`] or is admitted untracked, as the caller chose with
-//! [`WhenFull`] when building the table.
+//! then the rate. So a table may drop full buckets without changing a decision for them. Which
+//! full bucket goes first, and what a newcomer gets when none may go, is the table's policy:
+//!
+//! - **Returning keys are protected.** A key granted a second time while it is held becomes
+//!   *protected*, up to three quarters of the capacity. A protected bucket is evicted only once
+//!   it has been full for longer than the protection window (a minute unless set otherwise):
+//!   a client that keeps within its quota, and so sits full between its requests, keeps its
+//!   bucket through any flood of new keys.
+//! - **Newcomers take the other slots.** A new key takes a free slot, else evicts a full bucket
+//!   that is not protected (the one full longest first), else a protected bucket past its
+//!   window. One that finds none gets what [`WhenFull`] says: a refusal, or a grant from one
+//!   overflow bucket that all such newcomers share.
+//! - **The cap is the table's.** [`KeyedDenied::Full`] means the table holds exactly its
+//!   capacity of keys, however it is sharded.
 //!
 //! Eviction changes no decision when the quota starts full (the default). With
 //! [`Quota::start_empty`](crate::Quota::start_empty) or a lower start fill, a key that comes back
@@ -21,34 +31,32 @@ use crate::Denied;
 
 #[cfg(feature = "std")]
 mod map;
+mod prefix;
 #[cfg(all(feature = "heapless", not(loom)))]
 mod table;
 
 #[cfg(feature = "std")]
 pub use map::KeyedLimiter;
+pub use prefix::IpPrefix;
 #[cfg(all(feature = "heapless", not(loom)))]
 pub use table::KeyedTable;
 
-/// What a keyed table does with a new key when it holds its capacity and none of its buckets is
-/// full. There is no default: the choice is the caller's, and it is written where the table is
-/// built.
+/// How long a protected key keeps its slot once its bucket is full, unless the table is told
+/// otherwise: a minute.
+pub(crate) const DEFAULT_PROTECTION: Duration = Duration::from_secs(60);
+
+/// What a keyed table does with a new key that finds no slot: every slot holds a bucket that is
+/// not full, or a protected one within its window. There is no default: the choice is the
+/// caller's, and it is written where the table is built.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub enum WhenFull {
-    /// Fail open: grant the request without tracking the key. Availability over strictness.
+    /// Bounded fail-open: every newcomer without a slot draws from one overflow bucket on the
+    /// table's own quota, shared by all of them, so the untracked keys together get at most one
+    /// key's rate; when it is empty the newcomer gets [`KeyedDenied::Full`].
     Admit,
     /// Fail closed: refuse with [`KeyedDenied::Full`]. Strictness over availability.
     Refuse,
-}
-
-impl WhenFull {
-    /// The outcome for a key that found no room.
-    fn outcome(self, capacity: usize) -> Result<(), KeyedDenied> {
-        match self {
-            WhenFull::Admit => Ok(()),
-            WhenFull::Refuse => Err(KeyedDenied::Full { capacity }),
-        }
-    }
 }
 
 /// Why a keyed table did not grant a request. A denial takes nothing.
@@ -58,8 +66,9 @@ impl WhenFull {
 pub enum KeyedDenied {
     /// The key's bucket denied the request.
     Denied(Denied),
-    /// The table holds its capacity of keys, none of their buckets is full, and the table was
-    /// built with [`WhenFull::Refuse`]. Nothing was taken and the key was not added.
+    /// A new key found no slot: the table holds exactly its capacity of keys and none may be
+    /// evicted yet; with [`WhenFull::Admit`], the shared overflow bucket was empty too. Nothing
+    /// was taken and the key was not added. The table's `until_room` says when to try again.
     Full {
         /// The most keys the table holds.
         capacity: usize,
@@ -68,7 +77,7 @@ pub enum KeyedDenied {
 
 impl KeyedDenied {
     /// How long until the key's request would be granted; `None` when it never would, or when
-    /// the table was full (that depends on other keys).
+    /// the table was full (that depends on other keys: ask the table's `until_room`).
     pub const fn retry_after(&self) -> Option<Duration> {
         match self {
             KeyedDenied::Denied(denied) => denied.retry_after(),
@@ -89,7 +98,7 @@ impl fmt::Display for KeyedDenied {
             KeyedDenied::Denied(denied) => fmt::Display::fmt(denied, f),
             KeyedDenied::Full { capacity } => write!(
                 f,
-                "keyed table full: {capacity} keys tracked and none of their buckets is full"
+                "keyed table full: {capacity} keys tracked and none may be evicted yet"
             ),
         }
     }
@@ -97,10 +106,71 @@ impl fmt::Display for KeyedDenied {
 
 impl core::error::Error for KeyedDenied {}
 
-/// Whether the bucket in `word` is full at `now_units`: the same as no bucket at all.
+/// Units the bucket in `word` still has to wait at `now_units` before it may be evicted: until
+/// it has been full for `guard_units` (0 for a bucket that is not protected). 0: evictable now.
+/// A never-used word holds its start fill.
 #[inline]
-pub(crate) fn is_full(p: &Params, word: u64, now_units: u64) -> bool {
-    p.units_to_full(word, now_units) == 0
+pub(crate) fn units_to_evictable(p: &Params, word: u64, now_units: u64, guard_units: u64) -> u64 {
+    if word == p.unused {
+        return p.units_to_full(word, now_units).saturating_add(guard_units);
+    }
+    // burst + guard < W / 2 and |elapsed| < W / 2: no overflow in i64.
+    let wanted = (p.burst_units + guard_units) as i64;
+    wanted.saturating_sub(p.elapsed(now_units, word)).max(0) as u64
+}
+
+/// The protection window in the word's units, at most a quarter of the word less the burst so
+/// that an age up to it always reads as one.
+pub(crate) const fn protection_units(p: &Params, window_ticks: u64) -> u64 {
+    let quanta = (window_ticks >> p.shift) as u128;
+    let units = quanta * p.units_per_quantum.get() as u128;
+    let most = (p.half / 2 - p.burst_units) as u128;
+    if units > most {
+        most as u64
+    } else {
+        units as u64
+    }
+}
+
+/// The re-anchored word of a bucket that has been full for more than `max_age_units`: the
+/// same bucket, full for exactly `max_age_units`, so that its idle horizon starts again and
+/// the table still knows it is past any protection window. `None` when there is nothing to do
+/// (never used, not full long enough, or reading ahead of now).
+#[inline]
+pub(crate) fn reanchored(p: &Params, word: u64, now_units: u64, max_age_units: u64) -> Option<u64> {
+    if word == p.unused {
+        return None;
+    }
+    let keep = p.burst_units + max_age_units; // < W / 2
+    if p.elapsed(now_units, word) <= keep as i64 {
+        return None;
+    }
+    // now - keep, modulo the word (`Params::sub`'s rule), never the never-used mark.
+    let (back, borrow) = now_units.overflowing_sub(keep);
+    let word = if borrow {
+        back.wrapping_add(p.modulus)
+    } else {
+        back
+    };
+    Some(if word == p.unused {
+        word.wrapping_sub(1) // a unit earlier: reads as full for a unit longer, grants the same
+    } else {
+        word
+    })
+}
+
+/// Ticks from `now_ticks` until the bucket in `word` holds a token: 0 when it does.
+pub(crate) fn ticks_to_one_token(p: &Params, word: u64, now_ticks: u64) -> u64 {
+    let now_units = p.units_at(now_ticks);
+    let word = if word == p.unused {
+        p.fresh(now_units)
+    } else {
+        word
+    };
+    match p.take(word, now_units, p.units_per_token.get(), 0) {
+        Ok(_) => 0,
+        Err(short) => p.ticks_until(now_ticks, short),
+    }
 }
 
 /// Puts a word back to the never-used mark. Only for a word that no other context is updating.
@@ -109,5 +179,22 @@ pub(crate) fn reset<W: crate::word::Word>(cell: &W::Atomic, unused: u64) {
     let mut current = W::load(cell);
     while let Err(actual) = W::compare_exchange(cell, current, unused) {
         current = actual;
+    }
+}
+
+/// Re-anchors the bucket in `cell` if it has been full for longer than `max_age_units` (see
+/// [`reanchored`]); a concurrent update wins and is left as it is.
+pub(crate) fn touch_word<W: crate::word::Word>(
+    cell: &W::Atomic,
+    p: &Params,
+    now_units: u64,
+    max_age_units: u64,
+) {
+    let mut current = W::load(cell);
+    while let Some(new) = reanchored(p, current, now_units, max_age_units) {
+        match W::compare_exchange(cell, current, new) {
+            Ok(()) => return,
+            Err(actual) => current = actual,
+        }
     }
 }

@@ -46,6 +46,8 @@ pub struct RateLimited {
     burst: u64,
     window: Duration,
     reset: Duration,
+    /// For [`KeyedDenied::Full`]: how long until a new key would find room.
+    room: Option<Duration>,
 }
 
 impl RateLimited {
@@ -61,6 +63,20 @@ impl RateLimited {
             burst: params.burst,
             window: ticks_to_duration_ceil::<C>(params.ticks_until(0, params.burst_units)),
             reset: ticks_to_duration_ceil::<C>(to_full_ticks),
+            room: None,
+        }
+    }
+
+    /// The rejection of a new key by a keyed limiter at its capacity, which will have room for
+    /// it in `room`.
+    pub(crate) fn full<C: Clock + ?Sized>(
+        denial: KeyedDenied,
+        params: &Params,
+        room: Duration,
+    ) -> Self {
+        Self {
+            room: Some(room),
+            ..Self::new::<C>(denial, params, 0)
         }
     }
 
@@ -69,9 +85,14 @@ impl RateLimited {
         self.denial
     }
 
-    /// How long until the same request would be let through, when that is known.
+    /// How long until the same request would be let through, when that is known: for a key
+    /// over its limit, until its bucket grants it; for a new key refused because the limiter is
+    /// at its capacity (a 503), until a slot or the shared overflow bucket will admit one.
     pub fn retry_after(&self) -> Option<Duration> {
-        self.denial.retry_after()
+        match self.denial {
+            KeyedDenied::Full { .. } => self.room,
+            denial => denial.retry_after(),
+        }
     }
 
     /// The HTTP status to answer with: `429 Too Many Requests` when the client is over its
@@ -107,16 +128,20 @@ impl RateLimited {
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
     pub fn headers(&self) -> RateLimitHeaders {
-        let retry_after = match self.denial {
-            KeyedDenied::Full { .. } => None,
-            denial => denial
-                .retry_after()
-                .map(|wait| format!("{}", ceil_secs(wait))),
+        // A refused newcomer holds nothing until it is admitted: its `t` is the wait for room,
+        // at least a second, for room that a flood may take again at once.
+        let (retry_after, remaining, reset) = match (self.denial, self.room) {
+            (KeyedDenied::Full { .. }, Some(room)) => {
+                let wait = ceil_secs(room).max(1);
+                (Some(wait), 0, wait)
+            }
+            (denial, _) => (
+                denial.retry_after().map(ceil_secs),
+                0,
+                ceil_secs(self.reset),
+            ),
         };
-        let (remaining, reset) = match self.denial {
-            KeyedDenied::Full { .. } => (0, ceil_secs(self.window)),
-            _ => (0, ceil_secs(self.reset)),
-        };
+        let retry_after = retry_after.map(|wait| format!("{wait}"));
         RateLimitHeaders {
             retry_after,
             rate_limit: format!("\"default\";r={remaining};t={reset}"),
@@ -143,7 +168,9 @@ impl std::error::Error for RateLimited {}
 ///
 /// The policy is the bucket's: `q` is the burst and `w` the seconds an empty bucket takes to
 /// fill (a token bucket's window). `r` is the tokens left (0 when refused) and `t` the seconds
-/// until the bucket is full again, both for the client refused. All seconds are rounded up.
+/// until the bucket is full again, both for the client refused; for a new client refused
+/// because a keyed limiter is at its capacity (503), `t` and `Retry-After` are the seconds until
+/// it would find room, at least one. All seconds are rounded up.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RateLimitHeaders {
     /// `Retry-After` in whole seconds, rounded up; `None` when no wait would help.

@@ -42,10 +42,17 @@ where
 {
     fn check(&self, request: &Req) -> Result<(), RateLimited> {
         let key = (self.key)(request);
-        self.limiter.try_acquire(&key, 1).map_err(|denial| {
-            let to_full = self.limiter.ticks_to_full(&key);
-            RateLimited::new::<C>(denial, self.limiter.params(), to_full)
-        })
+        self.limiter
+            .try_acquire(&key, 1)
+            .map_err(|denial| match denial {
+                KeyedDenied::Full { .. } => {
+                    RateLimited::full::<C>(denial, self.limiter.params(), self.limiter.until_room())
+                }
+                _ => {
+                    let to_full = self.limiter.ticks_to_full(&key);
+                    RateLimited::new::<C>(denial, self.limiter.params(), to_full)
+                }
+            })
     }
 }
 
