@@ -119,12 +119,12 @@ pub(crate) fn units_to_evictable(p: &Params, word: u64, now_units: u64, guard_un
     wanted.saturating_sub(p.elapsed(now_units, word)).max(0) as u64
 }
 
-/// The protection window in the word's units, at most a quarter of the word less the burst so
-/// that an age up to it always reads as one.
+/// The protection window in the word's units, at most half the word's positive side less the
+/// ceiling, so that an age up to it always reads as one.
 pub(crate) const fn protection_units(p: &Params, window_ticks: u64) -> u64 {
     let quanta = (window_ticks >> p.shift) as u128;
-    let units = quanta * p.units_per_quantum.get() as u128;
-    let most = (p.half / 2 - p.burst_units) as u128;
+    let units = (quanta * p.units_per_quantum.get() as u128) >> p.fraction_bits;
+    let most = (p.negative_from / 2).saturating_sub(p.ceiling_units) as u128;
     if units > most {
         most as u64
     } else {

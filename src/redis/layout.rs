@@ -27,6 +27,9 @@ pub(crate) struct Layout {
     pub burst: u64,
     /// The capacity in units, at most 2^50.
     pub burst_units: u64,
+    /// The most units the bucket holds: the local bucket's ceiling on a nanosecond clock (the
+    /// burst and less than one step of its reading), so that both answer alike.
+    pub ceiling_units: u64,
     /// The start fill in units.
     pub start_units: u64,
     /// The deepest debt reservations may run, in units: the local bucket's on a nanosecond
@@ -69,9 +72,16 @@ impl Layout {
         }
         // The local bucket's debt bound, converted through the token (the same amount in both
         // unit systems); where the local bucket cannot hold the quota, the cap alone.
-        let local_debt = TokenBucket::try_new(*quota, StdClock).ok().map(|local| {
+        let local = TokenBucket::try_new(*quota, StdClock).ok();
+        let local_debt = local.as_ref().map(|local| {
             let params = local.cell().params;
             params.max_debt_units as u128 * per_token / params.units_per_token.get() as u128
+        });
+        // The part of a token above the burst that the local bucket keeps, in these units.
+        let above = local.as_ref().map_or(0, |local| {
+            let params = local.cell().params;
+            (params.ceiling_units - params.burst_units) as u128 * per_token
+                / params.units_per_token.get() as u128
         });
         let cap = MAX_DEBT_US * per_us;
         let max_debt_units = local_debt.map_or(cap, |units| units.min(cap));
@@ -81,6 +91,7 @@ impl Layout {
             units_per_token: per_token,
             burst,
             burst_units: burst_units as u64,
+            ceiling_units: (burst_units + above) as u64,
             start_units: quota.start_fill() * per_token, // start <= burst
             max_debt_units,
         })

@@ -513,7 +513,11 @@ impl Inner {
         // Relaxed: a lone flag; racing first calls all pass the start fill, and the script
         // applies it to an absent key only.
         let first = self.start_pending.load(Ordering::Relaxed);
-        let start = if first { l.start_units } else { l.burst_units };
+        let start = if first {
+            l.start_units
+        } else {
+            l.ceiling_units
+        };
         #[cfg(test)]
         let fixed_now = match self.fixed_now_us.load(Ordering::Relaxed) {
             u64::MAX => None,
@@ -539,7 +543,7 @@ impl Inner {
             let (us, frac) = l.pair(units);
             (us as u64, frac)
         };
-        let (burst_us, burst_frac) = pair(l.burst_units as u128);
+        let (burst_us, burst_frac) = pair(l.ceiling_units as u128);
         let (start_us, start_frac) = pair(start as u128);
         let (debt_us, debt_frac) = pair(l.max_debt_units);
         let (charge_us, charge_frac) = pair(charge as u128);

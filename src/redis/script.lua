@@ -17,8 +17,8 @@
 -- KEYS[1]  the bucket
 -- ARGV[1]  'take' | 'cancel' | 'peek' | 'confirm'
 -- ARGV[2]  per_us: units per microsecond
--- ARGV[3..4]   burst: the capacity, as a pair
--- ARGV[5..6]   start: the level of an absent key, as a pair (the burst, or the start fill)
+-- ARGV[3..4]   ceiling: the most the bucket holds (the burst and less than a step), a pair
+-- ARGV[5..6]   start: the level of an absent key, as a pair (the ceiling, or the start fill)
 -- ARGV[7..8]   the deepest debt, as a pair
 -- ARGV[9]  deadline_us: past this Redis time the call acts on nothing ('' for none)
 -- ARGV[10] '' to read TIME; a time in microseconds for the crate's own agreement tests
@@ -77,7 +77,7 @@ if ARGV[9] ~= '' and now > tonumber(ARGV[9]) then
   return {-1, 0, 0, now, 0}
 end
 local now_pair = {now, 0}
-local floor = sub(now_pair, burst) -- z never lies below: the bucket holds at most the burst
+local floor = sub(now_pair, burst) -- z never lies below: the bucket holds at most the ceiling
 
 -- A whole number that a double holds exactly (nil, nan and inf are not).
 local function whole(x)
