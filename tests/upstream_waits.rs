@@ -99,10 +99,10 @@ fn a_blocking_wait_on_limits_sleeps_once_for_the_latest_part() {
     let started = std::time::Instant::now();
     let waited = limits.acquire_blocking([1, 1]).unwrap();
     let took = started.elapsed();
-    // The token bucket's 50 ms, less the microseconds between the calls.
-    assert!(waited > ms(40) && waited <= ms(50), "{waited:?}");
-    // Slept at least that; a loaded 2-core machine may add scheduling delay.
-    assert!(took >= waited && took < waited + ms(200), "{took:?}");
+    // The token bucket's 50 ms, less the microseconds between the calls, measured on the
+    // bucket's clock; a loaded 2-core machine may add scheduling delay.
+    assert!(waited > ms(40) && waited < ms(250), "{waited:?}");
+    assert!(took >= waited && took < ms(250), "{took:?}");
     assert_eq!(
         limits.acquire_blocking([2, 1]),
         Err(Denied::ExceedsCapacity { burst: 1 })

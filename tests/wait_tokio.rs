@@ -224,27 +224,26 @@ async fn an_aborted_task_gives_its_tokens_back() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_dropped_waiter_gives_back_only_what_later_waiters_have_not_counted_on() {
+async fn a_dropped_waiter_ahead_leaves_the_bucket_as_if_it_had_never_queued() {
     let start = Instant::now();
     let bucket = bucket(five_per_second().start_empty());
     let first = tokio::spawn({
         let bucket = bucket.clone();
-        async move { bucket.acquire(5).await } // due at 1 s
+        async move { bucket.acquire(5).await } // its five are due at 1 s
     });
     sleep(ms(1)).await;
     let second = tokio::spawn({
         let bucket = bucket.clone();
-        async move { (bucket.acquire(1).await, start.elapsed()) } // due at 1.2 s
+        async move { (bucket.acquire(1).await, start.elapsed()) } // in line behind it
     });
     sleep(ms(299)).await;
     first.abort();
     assert!(first.await.unwrap_err().is_cancelled());
-    // Four of the five come back; the one the second waiter counted on stays taken. At 300 ms
-    // the bucket then owes half a token, so a newcomer needs 1.5 tokens' time: 300 ms.
-    assert_eq!(bucket.acquire(1).await, Ok(ms(300)));
-    assert_eq!(start.elapsed(), ms(600));
-    // The second waiter still wakes at its own instant, once.
-    assert_eq!(second.await.unwrap(), (Ok(ms(1_199)), ms(1_200)));
+    // The first had taken nothing: at 300 ms the bucket holds the 1.5 tokens accrued, so the
+    // second, now at the head, is served at once, and a newcomer waits for half a token.
+    assert_eq!(second.await.unwrap(), (Ok(ms(299)), ms(300)));
+    assert_eq!(bucket.acquire(1).await, Ok(ms(100)));
+    assert_eq!(start.elapsed(), ms(400));
 }
 
 #[tokio::test(start_paused = true)]
