@@ -3,7 +3,7 @@
 //! Prints the grants in each second, what a fresh caller arriving with the last of the load
 //! waits, and the bucket's fill once the line has gone.
 //!
-//! Run it with `cargo run --release --features tokio --example overload` (about 12 s; pass a
+//! Run it with `cargo run --features tokio --example overload` (about 12 s; pass a
 //! number of seconds per run to change it). It fails (exit status 1) if any second after the
 //! first grants less than 90 % of the rate (95 % is the aim; the margin is for a machine shared
 //! with other work) or more than the rate allows, or if the bucket is not full again once the

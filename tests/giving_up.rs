@@ -126,7 +126,10 @@ async fn twice_the_rate_with_200_ms_timeouts_keeps_the_rate_every_second() {
 
     // A fresh caller with the last of the load waits behind those still in line, no longer
     // than their patience and its own token.
-    assert!(fresh_waited <= ms(205), "fresh caller waited {fresh_waited:?}");
+    assert!(
+        fresh_waited <= ms(205),
+        "fresh caller waited {fresh_waited:?}"
+    );
     // Nothing is stranded: once the line is gone, the bucket refills like an idle one.
     sleep(Duration::from_secs(1)).await;
     assert_eq!(bucket.available(), 500);
@@ -147,7 +150,10 @@ async fn ten_times_the_rate_with_random_patience_keeps_the_rate_every_second() {
         "grants per second: {counts:?}"
     );
     never_above_the_quota(&served, 100, 100, Duration::ZERO);
-    assert!(fresh_waited <= ms(1_010), "fresh caller waited {fresh_waited:?}");
+    assert!(
+        fresh_waited <= ms(1_010),
+        "fresh caller waited {fresh_waited:?}"
+    );
     // Patience of at most 1 s, then a second to refill: full again, as an idle bucket.
     sleep(Duration::from_secs(2)).await;
     assert_eq!(bucket.available(), 100);
@@ -256,7 +262,10 @@ fn twice_the_rate_with_200_ms_timeouts_in_real_time() {
         never_above_the_quota(&served, 500, 500, ms(5));
         eprintln!("a fresh caller with the last of the load waited {fresh_waited:?}");
         // Behind those still in line (200 ms of patience), and a loaded machine's delay.
-        assert!(fresh_waited < ms(500), "fresh caller waited {fresh_waited:?}");
+        assert!(
+            fresh_waited < ms(500),
+            "fresh caller waited {fresh_waited:?}"
+        );
         // Once the line is gone, the bucket refills like an idle one.
         sleep(Duration::from_secs(1)).await;
         assert!(bucket.available() >= 499);

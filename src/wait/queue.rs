@@ -33,7 +33,11 @@ use crate::sync::{Mutex, MutexGuard};
 use crate::{Clock, Denied, TokenBucket, Word};
 
 /// How many locks the registry spreads the lines over.
+#[cfg(not(loom))]
 pub(crate) const SHARDS: usize = 64;
+/// Few under loom: each is an object the models track.
+#[cfg(loom)]
+pub(crate) const SHARDS: usize = 2;
 
 /// One waiter's place in one bucket's line.
 #[derive(Debug)]
@@ -509,5 +513,44 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
             Ok(_) => 0,
             Err(short) => p.ticks_until(now_ticks, short),
         }
+    }
+}
+
+/// Loom models only: one waiter on one bucket, stepped by hand, and the length of a line.
+#[cfg(loom)]
+#[doc(hidden)]
+pub mod models {
+    use core::task::Waker;
+    use core::time::Duration;
+
+    use super::{key_of, Locked, Step, Waiter};
+    use crate::{Clock, Denied, TokenBucket, Word};
+
+    /// A waiter for `n` tokens; dropping it gives up.
+    pub struct ModelWaiter<'a, C: Clock, W: Word>(Waiter<'a, C, W, 1>, u32);
+
+    impl<'a, C: Clock, W: Word> ModelWaiter<'a, C, W> {
+        /// A waiter for `n` tokens from `bucket`, with no timeout.
+        pub fn new(bucket: &'a TokenBucket<C, W>, n: u32) -> Result<Self, Denied> {
+            Waiter::new([bucket], [n], None).map(|waiter| ModelWaiter(waiter, n))
+        }
+
+        /// One look at the line: `Some` when the wait is over (served or refused), `None` when
+        /// it sleeps until `waker` is woken or its timer fires.
+        pub fn step(&mut self, waker: &Waker) -> Option<Result<Duration, Denied>> {
+            let (bucket, n) = (self.0.buckets[0], self.1);
+            match self.0.step(waker, || bucket.try_acquire(n)) {
+                Step::Done(done) => Some(done.map(|((), waited)| waited)),
+                Step::Sleep(_) => None,
+            }
+        }
+    }
+
+    /// Waiters in `bucket`'s line, given-up ones not yet swept included.
+    pub fn line_len<C: Clock, W: Word>(bucket: &TokenBucket<C, W>) -> usize {
+        let key = key_of(bucket);
+        Locked::<1>::lock(&[key])
+            .line(key)
+            .map_or(0, |line| line.entries.len())
     }
 }
