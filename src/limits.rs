@@ -140,19 +140,28 @@ impl<'a, C: Clock, const N: usize, W: Word> Limits<'a, C, N, W> {
     }
 
     /// Gives a reservation's tokens back to every bucket, unless its instant has come (then the
-    /// caller is taken to have acted). Each bucket gets back its part, less what its burst cap
-    /// would have cut since it was reserved (a part taken at once and held while another bucket
-    /// refilled may have nothing left to give), so nothing is granted beyond any bucket's quota.
+    /// caller is taken to have acted), and never more than the bucket can spare:
     ///
-    /// Pass only reservations made by these limits.
+    /// - a part still in debt (not yet due on its own bucket) goes back by that bucket's
+    ///   [`cancel`](TokenBucket::cancel) rule, less what reservations made after it have counted
+    ///   on — so no later reservation shares its instant with a newcomer, and no window sees
+    ///   more than the burst;
+    /// - a part already due, held while another bucket's part accrued, goes back less what its
+    ///   burst cap would have cut since it was due (it may have nothing left to give).
+    ///
+    /// Pass only reservations made by these limits. Waits ([`acquire`](Self::acquire) and the
+    /// others) never reserve ahead, so they have nothing to cancel.
     pub fn cancel(&self, mut reservation: LimitsReservation<N>) {
         for (i, bucket) in self.buckets.iter().enumerate() {
             let Some(part) = reservation.parts[i].take() else {
                 continue;
             };
             let now = bucket.clock().now();
-            // Signed: the instant is before now when `now - acts_at` is non-negative.
-            if (now.wrapping_sub(reservation.acts_at_ticks[i]) as i64) < 0 {
+            // Signed: an instant is past when `now - instant` is non-negative.
+            let past = |instant: u64| (now.wrapping_sub(instant) as i64) >= 0;
+            if !past(part.due_ticks()) {
+                bucket.cancel(part);
+            } else if !past(reservation.acts_at_ticks[i]) {
                 bucket.refund(part);
             }
         }

@@ -437,3 +437,37 @@ async fn futures_join_all<F: Future<Output = ()>>(futures: Vec<F>) {
     })
     .await;
 }
+
+/// The report's case for explicit reservations on several buckets: a part still in debt was
+/// refunded in full while the reservations behind kept their instants, so a newcomer landed on
+/// one of them (ten grants at exactly 1 s at burst 1). Now such a part goes back only as far as
+/// nobody behind has counted on it.
+#[tokio::test(start_paused = true)]
+async fn cancelling_limits_after_partial_debt_never_doubles_an_instant() {
+    let clock = TokioClock::new();
+    let slow = TokenBucket::try_new(Quota::new(Rate::per_second(10)).burst(1), clock).unwrap();
+    let fast = TokenBucket::try_new(Quota::new(Rate::per_second(1_000)).burst(100), clock).unwrap();
+    let limits = Limits::new([&slow, &fast]);
+    let forever = Duration::MAX;
+    // The burst at 0; then, each round, one reservation cancelled with another behind it and a
+    // newcomer after: the slow part is in debt, the fast part due at once.
+    let mut instants = vec![Duration::ZERO];
+    limits.try_acquire([1, 1]).unwrap();
+    for _ in 0..10 {
+        let cancelled = limits.reserve([1, 1], forever).unwrap();
+        let behind = limits.reserve([1, 1], forever).unwrap();
+        limits.cancel(cancelled);
+        let newcomer = limits.reserve([1, 1], forever).unwrap();
+        let now = clock_now(&clock);
+        instants.push(now + behind.wait());
+        instants.push(now + newcomer.wait());
+    }
+    instants.sort();
+    // At burst 1 and 10/s, no two grants closer than 100 ms.
+    never_above_the_quota(&instants, 10, 1, Duration::ZERO);
+}
+
+fn clock_now(clock: &TokioClock) -> Duration {
+    use tollgate::Clock;
+    Duration::from_nanos(clock.now())
+}
