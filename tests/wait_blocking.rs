@@ -132,3 +132,52 @@ fn twenty_threads_at_rate_5_burst_5_finish_at_about_3_s_never_early_never_above_
     );
     assert_eq!(per_second.iter().sum::<u32>(), 20);
 }
+
+/// A thread whose timeout passes while it heads the line (a pause pushed its token beyond it)
+/// leaves having taken nothing: the thread behind it and a newcomer are served when their own
+/// tokens accrue. Real time; the margins are for a loaded two-core machine.
+#[test]
+fn a_thread_timing_out_in_line_leaves_nothing_behind() {
+    let start = Instant::now();
+    // One token every 200 ms, none at hand.
+    let bucket = TokenBucket::try_new(
+        Quota::new(Rate::per_second(5)).burst(1).start_empty(),
+        StdClock,
+    )
+    .unwrap();
+    thread::scope(|scope| {
+        // Its token is due at 200 ms, within its 300 ms: it joins the line at its head.
+        let giving_up = scope.spawn(|| {
+            let result = bucket.acquire_blocking_timeout(1, ms(300));
+            (result, start.elapsed())
+        });
+        thread::sleep(ms(20));
+        let live = scope.spawn(|| (bucket.acquire_blocking(1), start.elapsed()));
+        thread::sleep(ms(20));
+        // The upstream says 429: nothing for 600 ms, then one token every 200 ms.
+        bucket.pause_for(ms(600));
+        let paused_at = start.elapsed();
+        let (result, at) = giving_up.join().unwrap();
+        assert!(
+            matches!(result, Err(Denied::Insufficient { .. })),
+            "{result:?}"
+        );
+        assert!(at < paused_at + ms(400), "gave up at {at:?}");
+        let newcomer = bucket.acquire_blocking(1);
+        let newcomer_at = start.elapsed();
+        let (live_result, live_at) = live.join().unwrap();
+        live_result.unwrap();
+        newcomer.unwrap();
+        // Due 800 ms and 1 000 ms after the pause; a token stranded by the thread that gave up
+        // would have put them at 1 000 ms and 1 200 ms.
+        let (live_at, newcomer_at) = (live_at - paused_at, newcomer_at - paused_at);
+        assert!(
+            live_at >= ms(795) && live_at < ms(950),
+            "live at {live_at:?}"
+        );
+        assert!(
+            newcomer_at >= ms(995) && newcomer_at < ms(1_150),
+            "newcomer at {newcomer_at:?}"
+        );
+    });
+}

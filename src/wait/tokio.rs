@@ -88,7 +88,12 @@ pub(crate) async fn wait_async<C: Clock, W: Word, const N: usize, T>(
             Step::Sleep(None) => return Poll::Pending,
             Step::Sleep(Some(time)) => time,
         };
-        let at = Instant::now() + time;
+        // A wait beyond what `Instant` holds (decades of debt on a far-off clock) sleeps a
+        // year at a time, rather than overflowing.
+        let now = Instant::now();
+        let at = now
+            .checked_add(time)
+            .unwrap_or_else(|| now + Duration::from_secs(365 * 86_400));
         let timer = match &mut timer {
             Some(timer) => {
                 if timer.deadline() != at {
