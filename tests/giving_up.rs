@@ -290,7 +290,7 @@ impl Service<u32> for Gate {
     type Error = &'static str;
     type Future = std::future::Ready<Result<u32, &'static str>>;
     fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.0.lock().unwrap().clone()
+        *self.0.lock().unwrap()
     }
     fn call(&mut self, request: u32) -> Self::Future {
         std::future::ready(Ok(request))
