@@ -328,3 +328,15 @@ fn tasks_on_a_multi_threaded_runtime_share_the_bucket_none_early() {
         assert!(last < ms(400) + ms(500), "last served at {last:?}");
     });
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_timeout_of_centuries_waits_like_no_timeout() {
+    let bucket = bucket(five_per_second().start_empty());
+    // Beyond what the clock's signed comparisons hold: read as no deadline, never as one past.
+    let centuries = Duration::from_secs(1 << 40);
+    assert_eq!(bucket.acquire_timeout(1, centuries).await, Ok(ms(200)));
+    assert_eq!(
+        bucket.acquire_blocking_timeout(0, centuries),
+        Ok(Duration::ZERO)
+    );
+}

@@ -138,10 +138,23 @@ fn shard_of(key: usize) -> usize {
     (mixed >> 58) as usize % SHARDS
 }
 
-/// The locks of a waiter's shards, taken in shard order.
+/// The locks of a waiter's shards, taken in shard order. Wakers handed to it are woken after
+/// the locks are released, so that no waker runs under a line's lock.
 struct Locked<const N: usize> {
     /// `(shard, guard)`, one per distinct shard.
     guards: [Option<(usize, MutexGuard<'static, Shard>)>; N],
+    wake: [Option<Waker>; N],
+}
+
+impl<const N: usize> Drop for Locked<N> {
+    fn drop(&mut self) {
+        for guard in &mut self.guards {
+            drop(guard.take());
+        }
+        for waker in self.wake.iter_mut().filter_map(Option::take) {
+            waker.wake();
+        }
+    }
 }
 
 impl<const N: usize> Locked<N> {
@@ -164,7 +177,10 @@ impl<const N: usize> Locked<N> {
             };
             *slot = Some((shard, guard));
         }
-        Locked { guards }
+        Locked {
+            guards,
+            wake: core::array::from_fn(|_| None),
+        }
     }
 
     fn shard(&mut self, key: usize) -> Option<&mut Shard> {
@@ -243,9 +259,12 @@ impl<'a, C: Clock, W: Word, const N: usize> Waiter<'a, C, W, N> {
             };
         }
         let start_ticks = buckets.first().map_or(0, |b| b.clock().now());
+        // A timeout beyond half the clock's range is longer than any wait the word can hold
+        // (and would read as past in the signed comparisons): no deadline.
         let deadline_ticks = timeout
-            .filter(|t| *t != Duration::MAX)
-            .map(|t| start_ticks.saturating_add(duration_to_ticks_floor::<C>(t)));
+            .map(duration_to_ticks_floor::<C>)
+            .filter(|&ticks| ticks < 1 << 62)
+            .map(|ticks| start_ticks.wrapping_add(ticks));
         Ok(Waiter {
             keys: core::array::from_fn(|i| key_of(buckets[i])),
             buckets,
@@ -407,7 +426,7 @@ impl<'a, C: Clock, W: Word, const N: usize> Waiter<'a, C, W, N> {
                 continue;
             };
             if line.leave(id) {
-                hand_on(line, self.buckets[i], now);
+                locked.wake[i] = hand_on(line, self.buckets[i], now);
             }
             locked.drop_if_empty(key);
         }
@@ -466,19 +485,22 @@ impl<C: Clock, W: Word, const N: usize> Drop for Waiter<'_, C, W, N> {
     }
 }
 
-/// The head left `line`: wakes the new head unless its own timer fires in time for its tokens.
-fn hand_on<C: Clock, W: Word>(line: &mut Line, bucket: &TokenBucket<C, W>, now: u64) {
-    let Some(head) = line.entries.front_mut() else {
-        return;
-    };
+/// The head left `line`: the new head's waker, unless its own timer fires in time for its
+/// tokens.
+fn hand_on<C: Clock, W: Word>(
+    line: &mut Line,
+    bucket: &TokenBucket<C, W>,
+    now: u64,
+) -> Option<Waker> {
+    let head = line.entries.front_mut()?;
     let due = now.wrapping_add(bucket.ticks_until_holding(now, head.units));
     let timer_in_time = head
         .timer_at
         .is_some_and(|at| (at.wrapping_sub(now) as i64) > 0 && (due.wrapping_sub(at) as i64) >= 0);
-    if !timer_in_time {
-        if let Some(waker) = head.waker.take() {
-            waker.wake();
-        }
+    if timer_in_time {
+        None
+    } else {
+        head.waker.take()
     }
 }
 
