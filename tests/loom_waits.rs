@@ -1,7 +1,8 @@
-//! Loom models of the waiters' line: a waiter giving up while the head is served, and the head
-//! giving up while the next waiter looks at the line. Every interleaving (up to the preemption
-//! bound) must leave the bucket as if the one that gave up had never queued, lose no wake-up,
-//! and leave no place behind in the line.
+//! Loom models of the waiters' line: a waiter giving up while the head is served, the head
+//! giving up while the next waiter looks at the line, and waiters on two buckets and on one of
+//! them joining at once. Every interleaving (up to the preemption bound) must leave the bucket as
+//! if the one that gave up had never queued, lose no wake-up, deadlock on no lock, take from all
+//! buckets or none, and leave no place behind in the line.
 //!
 //! Run with `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 cargo test --release --test
 //! loom_waits --target-dir target/loom`.
@@ -52,9 +53,9 @@ fn a_waiter_giving_up_while_the_head_is_served_strands_nothing() {
     loom::model(|| {
         let bucket = empty_bucket();
         let (_, waker) = flag();
-        let mut head = ModelWaiter::new(bucket, 1).unwrap();
+        let mut head = ModelWaiter::new([bucket], [1]).unwrap();
         assert_eq!(head.step(&waker), None, "empty: the head sleeps");
-        let mut behind = ModelWaiter::new(bucket, 1).unwrap();
+        let mut behind = ModelWaiter::new([bucket], [1]).unwrap();
         assert_eq!(behind.step(&waker), None);
         bucket.clock().advance(Duration::from_nanos(10)); // the head's token is due
 
@@ -79,9 +80,9 @@ fn the_head_giving_up_while_the_next_looks_loses_no_wake_up() {
         let bucket = empty_bucket();
         let (_, head_waker) = flag();
         let (woken, waker) = flag();
-        let mut head = ModelWaiter::new(bucket, 1).unwrap();
+        let mut head = ModelWaiter::new([bucket], [1]).unwrap();
         assert_eq!(head.step(&head_waker), None);
-        let mut next = ModelWaiter::new(bucket, 1).unwrap();
+        let mut next = ModelWaiter::new([bucket], [1]).unwrap();
         assert_eq!(next.step(&waker), None); // its estimate: 20 ns
         bucket.clock().advance(Duration::from_nanos(10)); // one token is due
 
@@ -106,5 +107,49 @@ fn the_head_giving_up_while_the_next_looks_loses_no_wake_up() {
                 retry_after: Duration::from_nanos(10)
             })
         );
+    });
+}
+
+/// Two buckets with one token each, and a frozen clock: a waiter on both and a waiter on the
+/// second join and look at once, each from its own thread, then the second gives up. Whoever
+/// comes first in the second bucket's line is served; the other waits without taking anything,
+/// and the lines' locks (taken in shard order) never deadlock.
+#[test]
+fn waiters_on_two_buckets_and_on_one_take_all_or_none_without_deadlock() {
+    loom::model(|| {
+        let quota = Quota::new(RATE).burst(1);
+        let first: &'static TokenBucket<ManualClock> = Box::leak(Box::new(
+            TokenBucket::try_new(quota, ManualClock::starting_at(T0)).unwrap(),
+        ));
+        let second: &'static TokenBucket<ManualClock> = Box::leak(Box::new(
+            TokenBucket::try_new(quota, ManualClock::starting_at(T0)).unwrap(),
+        ));
+        let both = thread::spawn(move || {
+            let (_, waker) = flag();
+            let mut both = ModelWaiter::new([first, second], [1, 1]).unwrap();
+            let done = both.step(&waker);
+            (done, line_len(first))
+        });
+        let (_, waker) = flag();
+        let mut one = ModelWaiter::new([second], [1]).unwrap();
+        let one_done = one.step(&waker);
+        let (both_done, _) = both.join().unwrap();
+        // Exactly one is served at once: the second bucket has one token.
+        match (both_done, one_done) {
+            (Some(Ok(_)), None) => {
+                assert!(
+                    first.try_acquire(1).is_err(),
+                    "both buckets were taken from"
+                );
+            }
+            (None, Some(Ok(_))) => {
+                // The waiter on both took from neither.
+                assert_eq!(first.try_acquire(1), Ok(()));
+                // It waits in both lines; drop it to give up.
+            }
+            other => panic!("exactly one is served at once, not {other:?}"),
+        }
+        drop(one);
+        assert!(second.try_acquire(1).is_err());
     });
 }
