@@ -108,3 +108,18 @@ fn a_blocking_wait_on_limits_sleeps_once_for_the_latest_part() {
         Err(Denied::ExceedsCapacity { burst: 1 })
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_bucket_named_twice_in_limits_waits_once_for_both_costs() {
+    let start = Instant::now();
+    let clock = TokioClock::new();
+    let bucket = TokenBucket::try_new(Quota::new(Rate::per_second(10)).burst(5), clock).unwrap();
+    let limits = Limits::new([&bucket, &bucket]);
+    assert_eq!(limits.acquire([2, 2]).await, Ok(Duration::ZERO));
+    // One token left: three more for a call of 2 + 2 take 300 ms, with nobody else in line
+    // and behind another waiter alike.
+    let (first, second) = tokio::join!(limits.acquire([2, 2]), limits.acquire([1, 0]));
+    assert_eq!(first, Ok(ms(300)));
+    assert_eq!(second, Ok(ms(400)));
+    assert_eq!(start.elapsed(), ms(400));
+}

@@ -385,26 +385,31 @@ impl<'a, C: Clock, W: Word, const N: usize> Waiter<'a, C, W, N> {
             }
         }
         self.timer_at = Some(now.wrapping_add(wait));
-        let ids: [u64; N] = core::array::from_fn(|i| {
-            let units = self.units[i];
-            let timer_at = self.timer_at;
-            match locked.line_or_new(self.keys[i]) {
-                Some(line) => {
-                    let id = line.next_id;
-                    line.next_id += 1;
-                    line.queued_units = line.queued_units.saturating_add(units);
-                    line.entries.push_back(Entry {
-                        id,
-                        units,
-                        gone: false,
-                        waker: Some(waker.clone()),
-                        timer_at,
-                    });
-                    id
+        let mut ids = [0u64; N];
+        for i in 0..N {
+            let (key, units, timer_at) = (self.keys[i], self.units[i], self.timer_at);
+            let Some(line) = locked.line_or_new(key) else {
+                continue;
+            };
+            line.queued_units = line.queued_units.saturating_add(units);
+            // A bucket named twice has one place in its line, for both costs.
+            if let Some(j) = self.keys[..i].iter().position(|&k| k == key) {
+                ids[i] = ids[j];
+                if let Some(entry) = line.find(ids[j]) {
+                    entry.units = entry.units.saturating_add(units);
                 }
-                None => 0,
+                continue;
             }
-        });
+            ids[i] = line.next_id;
+            line.next_id += 1;
+            line.entries.push_back(Entry {
+                id: ids[i],
+                units,
+                gone: false,
+                waker: Some(waker.clone()),
+                timer_at,
+            });
+        }
         self.ids = Some(ids);
         Step::Sleep(self.sleep_for(now))
     }
