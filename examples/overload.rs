@@ -109,21 +109,28 @@ async fn run(
         .collect();
     println!("grants per second: {per_second:?} (after the first: {percent:?} of the rate)");
     println!("a fresh caller with the last of the load waited {fresh_waited:.1?}");
-    // The first second holds the burst as well; each later one at most the rate, plus one for
-    // a grant the scheduler recorded just past a second's edge.
-    let mut held = per_second
-        .iter()
-        .skip(1)
-        .all(|&n| n * 10 >= rate * 9 && n <= rate + 1)
-        && per_second[0] <= 2 * rate + 1;
+    // The first second holds the burst as well; each later one at most the rate, plus 5 % for
+    // grants the scheduler recorded late, across a second's edge (`tests/giving_up.rs` checks
+    // the quota itself, exactly, under paused time).
+    let mut held = true;
+    if !per_second.iter().skip(1).all(|&n| n * 10 >= rate * 9) {
+        println!("NOT HELD: a second after the first below 90 % of the rate");
+        held = false;
+    }
+    let slack = rate / 20;
+    let first_over = per_second[0] > 2 * rate + slack;
+    if first_over || per_second.iter().skip(1).any(|&n| n > rate + slack) {
+        println!("NOT HELD: a second above the rate");
+        held = false;
+    }
     // Every caller has been served or has given up: a burst's time later the bucket reads
     // full, nothing stranded.
     sleep(Duration::from_millis(1_050)).await;
     let available = bucket.available();
     println!("then, idle: {available} of {rate} tokens at hand");
-    held &= available == rate;
-    if !held {
-        println!("NOT HELD");
+    if available != rate {
+        println!("NOT HELD: the idle bucket is not full");
+        held = false;
     }
     Ok(held)
 }
