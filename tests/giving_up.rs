@@ -138,6 +138,36 @@ async fn twice_the_rate_with_200_ms_timeouts_keeps_the_rate_every_second() {
     assert_eq!(bucket.acquire(500).await, Ok(Duration::ZERO));
 }
 
+/// The same load through `acquire_timeout(1, 200 ms)`: a caller whose turn in line is further
+/// away fails at once, so the line never holds more than 200 ms of waiters, and the rate holds.
+#[tokio::test(start_paused = true)]
+async fn twice_the_rate_through_acquire_timeout_keeps_the_rate_every_second() {
+    let start = Instant::now();
+    let bucket = bucket(Quota::new(Rate::per_second(500)));
+    let served = Arc::new(Mutex::new(Vec::new()));
+    let mut callers = JoinSet::new();
+    for k in 0..5_000u32 {
+        sleep_until(start + ms(1) * k).await;
+        let (bucket, served) = (bucket.clone(), served.clone());
+        callers.spawn(async move {
+            if bucket.acquire_timeout(1, ms(200)).await.is_ok() {
+                served.lock().unwrap().push(start.elapsed());
+            }
+        });
+    }
+    callers.join_all().await;
+    let mut served = served.lock().unwrap().clone();
+    served.sort();
+    let counts = per_second(&served, 5);
+    assert!(
+        counts[1..].iter().all(|&n| (475..=501).contains(&n)),
+        "grants per second: {counts:?}"
+    );
+    never_above_the_quota(&served, 500, 500, Duration::ZERO);
+    sleep(Duration::from_secs(1)).await;
+    assert_eq!(bucket.available(), 500);
+}
+
 /// Ten times the rate, each caller with its own patience between 1 ms and 1 s.
 #[tokio::test(start_paused = true)]
 async fn ten_times_the_rate_with_random_patience_keeps_the_rate_every_second() {
