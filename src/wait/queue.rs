@@ -22,6 +22,10 @@
 //! A waiter on several buckets ([`Limits`](crate::Limits)) has a place in each of their lines,
 //! joined under all their locks at once (taken in shard order, so none deadlocks and every line
 //! agrees on who came first), and takes from all or none when it heads every one of them.
+//!
+//! A waiter leaves its lines when it is dropped. One that is leaked instead (`mem::forget` on a
+//! wait's future) never leaves: like a forgotten lock guard, it holds up the waiters behind it
+//! on that bucket for good, while `try_acquire` and `reserve` go on working.
 
 use core::task::Waker;
 use core::time::Duration;
