@@ -53,8 +53,12 @@ const FIELDS: usize = 16;
 /// bucket.set_quota(Quota::new(Rate::per_second(5)).burst(5))?;
 /// assert_eq!(bucket.available(), 5);
 /// assert!(bucket.try_acquire(5).is_ok());
+/// // One every 200 ms now (the 32-bit layout holds 5/s on a nanosecond clock rounded down by
+/// // under a millionth, so the token is there a few nanoseconds after 200 ms).
 /// clock.advance(Duration::from_millis(200));
-/// assert!(bucket.try_acquire(1).is_ok()); // one every 200 ms now
+/// assert!(bucket.try_acquire(1).is_err());
+/// clock.advance(Duration::from_micros(1));
+/// assert!(bucket.try_acquire(1).is_ok());
 /// # Ok::<(), tollgate::SetQuotaError>(())
 /// ```
 #[derive(Debug)]

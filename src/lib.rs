@@ -132,3 +132,8 @@ pub use tsc_clock::TscClock;
 #[cfg(feature = "tokio")]
 pub use wait::TokioClock;
 pub use word::{DefaultWord, Word};
+
+/// Loom models only: the waiters' line, stepped by hand.
+#[cfg(all(loom, feature = "std"))]
+#[doc(hidden)]
+pub use wait::queue::models as wait_models;

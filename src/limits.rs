@@ -140,19 +140,28 @@ impl<'a, C: Clock, const N: usize, W: Word> Limits<'a, C, N, W> {
     }
 
     /// Gives a reservation's tokens back to every bucket, unless its instant has come (then the
-    /// caller is taken to have acted). Each bucket gets back its part, less what its burst cap
-    /// would have cut since it was reserved (a part taken at once and held while another bucket
-    /// refilled may have nothing left to give), so nothing is granted beyond any bucket's quota.
+    /// caller is taken to have acted), and never more than the bucket can spare:
     ///
-    /// Pass only reservations made by these limits.
+    /// - a part still in debt (not yet due on its own bucket) goes back by that bucket's
+    ///   [`cancel`](TokenBucket::cancel) rule, less what reservations made after it have counted
+    ///   on — so no later reservation shares its instant with a newcomer, and no window sees
+    ///   more than the burst;
+    /// - a part already due, held while another bucket's part accrued, goes back less what its
+    ///   burst cap would have cut since it was due (it may have nothing left to give).
+    ///
+    /// Pass only reservations made by these limits. Waits ([`acquire`](Self::acquire) and the
+    /// others) never reserve ahead, so they have nothing to cancel.
     pub fn cancel(&self, mut reservation: LimitsReservation<N>) {
         for (i, bucket) in self.buckets.iter().enumerate() {
             let Some(part) = reservation.parts[i].take() else {
                 continue;
             };
             let now = bucket.clock().now();
-            // Signed: the instant is before now when `now - acts_at` is non-negative.
-            if (now.wrapping_sub(reservation.acts_at_ticks[i]) as i64) < 0 {
+            // Signed: an instant is past when `now - instant` is non-negative.
+            let past = |instant: u64| (now.wrapping_sub(instant) as i64) >= 0;
+            if !past(part.due_ticks()) {
+                bucket.cancel(part);
+            } else if !past(reservation.acts_at_ticks[i]) {
                 bucket.refund(part);
             }
         }
@@ -195,31 +204,42 @@ impl<'a, C: Clock, const N: usize, W: Word> Limits<'a, C, N, W> {
 #[cfg(feature = "std")]
 impl<C: Clock, const N: usize, W: Word> Limits<'_, C, N, W> {
     /// Takes `costs[i]` tokens from every bucket `i`, blocking the thread until all have accrued
-    /// (plus any [`Jitter`]); returns the time waited. As [`TokenBucket::acquire_blocking`].
+    /// (plus any [`Jitter`]); returns the time waited. As [`TokenBucket::acquire_blocking`]: the
+    /// caller waits in every bucket's line and, at the head of all of them, takes from all or
+    /// none when all are due, so nothing is taken before then.
     pub fn acquire_blocking(&self, costs: [u32; N]) -> Result<Duration, Denied> {
         self.acquire_blocking_timeout(costs, Duration::MAX)
     }
 
     /// As [`acquire_blocking`](Self::acquire_blocking), if the tokens accrue within `timeout`
-    /// (the jitter may add to it); otherwise fails at once and takes nothing.
+    /// (the jitter may add to it); otherwise fails, at once when the line says so, and takes
+    /// nothing.
     pub fn acquire_blocking_timeout(
         &self,
         costs: [u32; N],
         timeout: Duration,
     ) -> Result<Duration, Denied> {
-        let reservation = self.reserve(costs, timeout)?;
-        let wait = self.jitter.delay(reservation.wait());
-        if !wait.is_zero() {
-            std::thread::sleep(wait);
+        let waiter = crate::wait::queue::Waiter::new(self.buckets, costs, Some(timeout))?;
+        let (_taken, waited) =
+            crate::wait::wait_blocking(waiter, || self.reserve(costs, Duration::ZERO))?;
+        // A caller served at once has no crowd to spread from.
+        let jitter = if waited.is_zero() {
+            Duration::ZERO
+        } else {
+            self.jitter.next()
+        };
+        if !jitter.is_zero() {
+            std::thread::sleep(jitter);
         }
-        Ok(wait)
+        Ok(waited + jitter)
     }
 }
 
 #[cfg(feature = "embedded-hal")]
 impl<C: Clock, const N: usize, W: Word> Limits<'_, C, N, W> {
     /// Takes `costs[i]` tokens from every bucket `i`, waiting on `delay` until all have accrued
-    /// (plus any [`Jitter`]); returns the time waited. As [`TokenBucket::acquire_with_delay`].
+    /// (plus any [`Jitter`]); returns the time waited. As [`TokenBucket::acquire_with_delay`]:
+    /// it sleeps until all are due, then tries, taking nothing before.
     ///
     /// ```
     /// use core::time::Duration;
@@ -248,56 +268,67 @@ impl<C: Clock, const N: usize, W: Word> Limits<'_, C, N, W> {
         costs: [u32; N],
         delay: &mut impl embedded_hal::delay::DelayNs,
     ) -> Result<Duration, Denied> {
-        let reservation = self.reserve(costs, Duration::MAX)?;
-        let wait = self.jitter.delay(reservation.wait());
-        crate::wait::delay_for(delay, wait);
-        Ok(wait)
+        let mut waited = crate::wait::wait_with_delay(delay, || self.try_acquire(costs))?;
+        if !waited.is_zero() {
+            let jitter = self.jitter.next();
+            crate::wait::delay_for(delay, jitter);
+            waited += jitter;
+        }
+        Ok(waited)
     }
 }
 
 #[cfg(feature = "tokio")]
 impl<C: Clock, const N: usize, W: Word> Limits<'_, C, N, W> {
     /// Takes `costs[i]` tokens from every bucket `i`, waiting until all have accrued (plus any
-    /// [`Jitter`]); returns the time waited. Cancel-safe as [`TokenBucket::acquire`]: dropping
-    /// the future before its instant gives every part back through [`cancel`](Self::cancel).
+    /// [`Jitter`]); returns the time waited. As [`TokenBucket::acquire`]: the task waits in
+    /// every bucket's line and, at the head of all of them, takes from all or none when all are
+    /// due. Cancel-safe: a future dropped before then has taken nothing; one dropped during its
+    /// jitter gives every part back.
     pub async fn acquire(&self, costs: [u32; N]) -> Result<Duration, Denied> {
         self.acquire_timeout(costs, Duration::MAX).await
     }
 
     /// As [`acquire`](Self::acquire), if the tokens accrue within `timeout` (the jitter may add
-    /// to it); otherwise fails at once, without sleeping, and takes nothing.
+    /// to it); otherwise fails, at once when the line says so, and takes nothing.
     pub async fn acquire_timeout(
         &self,
         costs: [u32; N],
         timeout: Duration,
     ) -> Result<Duration, Denied> {
-        let reservation = self.reserve(costs, timeout)?;
-        let wait = self.jitter.delay(reservation.wait());
-        if wait.is_zero() {
-            return Ok(wait);
+        let waiter = crate::wait::queue::Waiter::new(self.buckets, costs, Some(timeout))?;
+        let (taken, waited) =
+            crate::wait::wait_async(waiter, || self.reserve(costs, Duration::ZERO)).await?;
+        if waited.is_zero() {
+            return Ok(waited);
         }
-        let mut guard = CancelOnDrop {
+        let jitter = self.jitter.next();
+        if jitter.is_zero() {
+            return Ok(waited);
+        }
+        let mut guard = RefundOnDrop {
             limits: self,
-            reservation: Some(reservation),
+            taken: Some(taken),
         };
-        ::tokio::time::sleep(wait).await;
-        let _acted = guard.reservation.take();
-        Ok(wait)
+        ::tokio::time::sleep(jitter).await;
+        let _acted = guard.taken.take();
+        Ok(waited + jitter)
     }
 }
 
-/// Holds a reservation while its future sleeps, and gives it back if the future is dropped.
+/// Holds the parts taken while the caller sleeps its jitter, and gives them back if the future
+/// is dropped first.
 #[cfg(feature = "tokio")]
-struct CancelOnDrop<'l, 'a, C: Clock, const N: usize, W: Word> {
+struct RefundOnDrop<'l, 'a, C: Clock, const N: usize, W: Word> {
     limits: &'l Limits<'a, C, N, W>,
-    reservation: Option<LimitsReservation<N>>,
+    taken: Option<LimitsReservation<N>>,
 }
 
 #[cfg(feature = "tokio")]
-impl<C: Clock, const N: usize, W: Word> Drop for CancelOnDrop<'_, '_, C, N, W> {
+impl<C: Clock, const N: usize, W: Word> Drop for RefundOnDrop<'_, '_, C, N, W> {
     fn drop(&mut self) {
-        if let Some(reservation) = self.reservation.take() {
-            self.limits.cancel(reservation);
+        if let Some(mut taken) = self.taken.take() {
+            self.limits.refund(&mut taken.parts);
         }
     }
 }

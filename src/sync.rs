@@ -27,3 +27,11 @@ pub(crate) use {
     core::hint::spin_loop,
     portable_atomic::{fence, AtomicBool},
 };
+
+/// The lock of the waiters' queues (`wait::queue`): held only to push, pop and take, never
+/// across a wait.
+#[cfg(all(loom, feature = "std"))]
+pub(crate) use loom::sync::{Mutex, MutexGuard};
+
+#[cfg(all(not(loom), feature = "std"))]
+pub(crate) use std::sync::{Mutex, MutexGuard};

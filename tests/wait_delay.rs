@@ -39,14 +39,31 @@ impl DelayNs for ClockDelay<'_> {
     }
 }
 
-/// A delay that records what it is asked and lets no time pass: callers that all arrived
-/// before any of them slept, each in its own execution context.
-#[derive(Default)]
-struct Recorder(Vec<Duration>);
+/// A delay that moves the manual clock in 100 ms steps and, at `interrupt_at`, lets another
+/// execution context take a token, as an interrupt handler would.
+struct Interrupted<'a> {
+    clock: &'a ManualClock,
+    bucket: &'a TokenBucket<&'a ManualClock>,
+    interrupt_at: Duration,
+    taken_by_interrupt: bool,
+    calls: Vec<Duration>,
+}
 
-impl DelayNs for Recorder {
+impl DelayNs for Interrupted<'_> {
     fn delay_ns(&mut self, ns: u32) {
-        self.0.push(Duration::from_nanos(ns.into()));
+        let asked = Duration::from_nanos(ns.into());
+        self.calls.push(asked);
+        let step = ms(100);
+        let mut left = asked;
+        while !left.is_zero() {
+            let by = left.min(step);
+            self.clock.advance(by);
+            left -= by;
+            let now = Duration::from_nanos(self.clock.now());
+            if now == self.interrupt_at {
+                self.taken_by_interrupt = self.bucket.try_acquire(1).is_ok();
+            }
+        }
     }
 }
 
@@ -68,25 +85,27 @@ fn two_hundred_acquisitions_at_rate_20_burst_20_take_nine_seconds_twenty_a_secon
 }
 
 #[test]
-fn twenty_callers_arriving_together_each_sleep_once_until_their_own_turn() {
+fn a_waiting_context_holds_no_token_until_it_acts() {
     let clock = ManualClock::new();
-    let bucket = TokenBucket::try_new(Quota::new(Rate::per_second(5)).burst(5), &clock).unwrap();
-    let asked: Vec<(Duration, Vec<Duration>)> = (0..20)
-        .map(|_| {
-            let mut delay = Recorder::default();
-            let waited = bucket.acquire_with_delay(1, &mut delay).unwrap();
-            (waited, delay.0)
-        })
-        .collect();
-    // (time waited, the delays asked for): the burst asks for none, every other caller for one,
-    // 200 ms after the caller before it.
-    let expected: Vec<(Duration, Vec<Duration>)> = (0..20u64)
-        .map(|caller| match caller {
-            0..=4 => (Duration::ZERO, vec![]),
-            _ => (ms(200 * (caller - 4)), vec![ms(200 * (caller - 4))]),
-        })
-        .collect();
-    assert_eq!(asked, expected);
+    let bucket = TokenBucket::try_new(
+        Quota::new(Rate::per_second(5)).burst(5).start_empty(),
+        &clock,
+    )
+    .unwrap();
+    let mut delay = Interrupted {
+        clock: &clock,
+        bucket: &bucket,
+        interrupt_at: ms(600),
+        taken_by_interrupt: false,
+        calls: Vec::new(),
+    };
+    // Five tokens are due at 1 s. The waiting context has taken none of them, so an interrupt
+    // at 600 ms finds three and takes one; the waiter, short by one at 1 s, sleeps 200 ms more.
+    // Had it reserved, the interrupt would have found the bucket in debt.
+    assert_eq!(bucket.acquire_with_delay(5, &mut delay), Ok(ms(1_200)));
+    assert!(delay.taken_by_interrupt);
+    assert_eq!(delay.calls, [ms(1_000), ms(200)]);
+    assert_eq!(bucket.available(), 0);
 }
 
 #[test]

@@ -224,27 +224,26 @@ async fn an_aborted_task_gives_its_tokens_back() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_dropped_waiter_ahead_of_another_gives_back_nothing() {
+async fn a_dropped_waiter_ahead_leaves_the_bucket_as_if_it_had_never_queued() {
     let start = Instant::now();
     let bucket = bucket(five_per_second().start_empty());
     let first = tokio::spawn({
         let bucket = bucket.clone();
-        async move { bucket.acquire(5).await } // due at 1 s
+        async move { bucket.acquire(5).await } // its five are due at 1 s
     });
     sleep(ms(1)).await;
     let second = tokio::spawn({
         let bucket = bucket.clone();
-        async move { (bucket.acquire(1).await, start.elapsed()) } // due at 1.2 s
+        async move { (bucket.acquire(1).await, start.elapsed()) } // in line behind it
     });
     sleep(ms(299)).await;
     first.abort();
     assert!(first.await.unwrap_err().is_cancelled());
-    // The second waiter came after it, so nothing comes back (a reservation cannot tell a later
-    // one from a pause). At 300 ms the bucket owes 4.5 tokens: a newcomer waits 5.5 tokens' time.
-    assert_eq!(bucket.acquire(1).await, Ok(ms(1_100)));
-    assert_eq!(start.elapsed(), ms(1_400));
-    // The second waiter still wakes at its own instant, once.
-    assert_eq!(second.await.unwrap(), (Ok(ms(1_199)), ms(1_200)));
+    // The first had taken nothing: at 300 ms the bucket holds the 1.5 tokens accrued, so the
+    // second, now at the head, is served at once, and a newcomer waits for half a token.
+    assert_eq!(second.await.unwrap(), (Ok(ms(299)), ms(300)));
+    assert_eq!(bucket.acquire(1).await, Ok(ms(100)));
+    assert_eq!(start.elapsed(), ms(400));
 }
 
 #[tokio::test(start_paused = true)]
@@ -328,4 +327,16 @@ fn tasks_on_a_multi_threaded_runtime_share_the_bucket_none_early() {
         // Generous above: a loaded two-core machine can be late, never early.
         assert!(last < ms(400) + ms(500), "last served at {last:?}");
     });
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_timeout_of_centuries_waits_like_no_timeout() {
+    let bucket = bucket(five_per_second().start_empty());
+    // Beyond what the clock's signed comparisons hold: read as no deadline, never as one past.
+    let centuries = Duration::from_secs(1 << 40);
+    assert_eq!(bucket.acquire_timeout(1, centuries).await, Ok(ms(200)));
+    assert_eq!(
+        bucket.acquire_blocking_timeout(0, centuries),
+        Ok(Duration::ZERO)
+    );
 }

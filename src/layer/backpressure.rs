@@ -13,7 +13,9 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use super::{BoxError, RateLimited, ResponseFuture};
-use crate::{Clock, DefaultWord, Denied, KeyedDenied, TokenBucket, Word};
+use crate::wait::queue::Waiter;
+use crate::wait::wait_async;
+use crate::{Clock, DefaultWord, Denied, KeyedDenied, Reservation, TokenBucket, Word};
 
 /// Wraps services in [`Backpressure`]: each waits in `poll_ready` for its turn on one shared
 /// bucket, for at most `max_wait`.
@@ -73,14 +75,17 @@ impl<S, C, W: Word> Layer<S> for BackpressureLayer<C, W> {
     }
 }
 
-/// A service whose `poll_ready` takes one token from a shared bucket, waiting for it with
-/// [`TokenBucket::acquire_timeout`] (a reservation, then one tokio sleep), then asks the inner
-/// service.
+/// A service whose `poll_ready` asks the inner service first and, once it is ready, takes one
+/// token from a shared bucket, waiting for it in the bucket's line as
+/// [`TokenBucket::acquire_timeout`] does.
 ///
-/// Waiters are served in the order they reserved and each wakes once. A service dropped while
-/// it waits gives its token back (the rule of [`TokenBucket::cancel`]); a clone starts without
-/// a reservation. Use [`TokioClock`](crate::TokioClock) for the bucket, so that it and the
-/// sleep read the same clock.
+/// Waiters are served in the order they joined the line and each wakes once. The token is
+/// taken only when it is due, and only while the inner service is ready: a service whose inner
+/// service is not ready, or fails, leaves the line and holds no token. A token taken and not
+/// spent by `call` goes back to the bucket when the service is dropped (as tower's balancers and
+/// a shutting-down buffer do), less only what the burst cap would have cut since. A clone
+/// starts with no token and no place in line. Use [`TokioClock`](crate::TokioClock) for the
+/// bucket, so that it and the timer read the same clock.
 pub struct Backpressure<S, C, W: Word = DefaultWord> {
     inner: S,
     bucket: Arc<TokenBucket<C, W>>,
@@ -88,14 +93,47 @@ pub struct Backpressure<S, C, W: Word = DefaultWord> {
     state: State,
 }
 
-/// A wait for one token that owns its share of the bucket; dropping it gives the token back.
-type Wait = Pin<Box<dyn Future<Output = Result<Duration, Denied>> + Send>>;
+/// A place in the bucket's line for one token; dropping it leaves the line, having taken
+/// nothing.
+type Wait = Pin<Box<dyn Future<Output = Result<Reservation, Denied>> + Send>>;
 
 enum State {
     Idle,
     Waiting(Wait),
     /// A token is taken for the next call.
-    Ready,
+    Ready(Held),
+}
+
+/// A bucket a token can go back to, whatever its clock type.
+trait GiveBack: Send + Sync {
+    fn give_back(&self, token: Reservation);
+}
+
+impl<C: Clock + Send + Sync, W: Word> GiveBack for TokenBucket<C, W> {
+    fn give_back(&self, token: Reservation) {
+        self.refund(token);
+    }
+}
+
+/// The token taken for the next call: given back when dropped unless spent.
+struct Held {
+    bucket: Arc<dyn GiveBack>,
+    token: Option<Reservation>,
+}
+
+impl Held {
+    /// The call goes ahead: the token is used.
+    fn spend(mut self) {
+        let _used = self.token.take();
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if let Some(token) = self.token.take() {
+            self.bucket.give_back(token);
+        }
+    }
 }
 
 /// `call` before `poll_ready` said ready: the request was not passed on.
@@ -122,38 +160,57 @@ where
     type Future = ResponseFuture<S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
-        loop {
-            match &mut self.state {
-                State::Idle => {
-                    // A token at hand means nobody waits (waiters hold the bucket in debt), so
-                    // taking it jumps no queue and saves boxing a wait.
-                    if self.bucket.try_acquire(1).is_ok() {
-                        self.state = State::Ready;
-                        continue;
-                    }
-                    let bucket = Arc::clone(&self.bucket);
-                    let max_wait = self.max_wait;
-                    self.state = State::Waiting(Box::pin(async move {
-                        bucket.acquire_timeout(1, max_wait).await
-                    }));
-                }
-                State::Waiting(wait) => match wait.as_mut().poll(cx) {
-                    Poll::Pending => return Poll::Pending,
-                    Poll::Ready(Ok(_waited)) => self.state = State::Ready,
-                    Poll::Ready(Err(denied)) => {
-                        self.state = State::Idle;
-                        return Poll::Ready(Err(self.refusal(denied).into()));
-                    }
-                },
-                State::Ready => return self.inner.poll_ready(cx).map_err(Into::into),
+        if let State::Ready(_) = self.state {
+            return Poll::Ready(Ok(()));
+        }
+        // The inner service first: no token is held, and no place in line blocks the waiters
+        // behind, while it is not ready or has failed.
+        match self.inner.poll_ready(cx) {
+            Poll::Ready(Ok(())) => {}
+            Poll::Pending => {
+                self.state = State::Idle;
+                return Poll::Pending;
+            }
+            Poll::Ready(Err(error)) => {
+                self.state = State::Idle;
+                return Poll::Ready(Err(error.into()));
+            }
+        }
+        if !matches!(self.state, State::Waiting(_)) {
+            let bucket = Arc::clone(&self.bucket);
+            let max_wait = self.max_wait;
+            self.state = State::Waiting(Box::pin(async move {
+                let waiter = Waiter::new([&*bucket], [1], Some(max_wait))?;
+                let take = || bucket.reserve(1, Duration::ZERO);
+                wait_async(waiter, take).await.map(|(token, _waited)| token)
+            }));
+        }
+        let State::Waiting(wait) = &mut self.state else {
+            return Poll::Pending; // set just above
+        };
+        match wait.as_mut().poll(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Ok(token)) => {
+                let bucket: Arc<dyn GiveBack> = self.bucket.clone();
+                self.state = State::Ready(Held {
+                    bucket,
+                    token: Some(token),
+                });
+                Poll::Ready(Ok(()))
+            }
+            Poll::Ready(Err(denied)) => {
+                self.state = State::Idle;
+                Poll::Ready(Err(self.refusal(denied).into()))
             }
         }
     }
 
     fn call(&mut self, request: Req) -> Self::Future {
         match mem::replace(&mut self.state, State::Idle) {
-            // The token is spent on this request.
-            State::Ready => ResponseFuture::inner(self.inner.call(request)),
+            State::Ready(token) => {
+                token.spend();
+                ResponseFuture::inner(self.inner.call(request))
+            }
             other => {
                 self.state = other;
                 ResponseFuture::failed(NotReady)

@@ -5,8 +5,10 @@
 //!   `429 Too Many Requests` with the headers from [`RateLimited::headers`]. One shared bucket,
 //!   or one bucket per key with a key extractor ([`RejectLayer::per_key`]).
 //! - **Backpressure** ([`BackpressureLayer`]): `poll_ready` waits until the shared bucket grants
-//!   the next request — a reservation, then one tokio sleep — so a client paces itself to the
-//!   limit instead of failing. A service dropped while waiting gives its reservation back.
+//!   the next request — a place in the bucket's line, whose head takes its token when it is due
+//!   — so a client paces itself to the limit instead of failing. A service dropped while
+//!   waiting has taken nothing; one dropped between `poll_ready` and `call` gives its token
+//!   back.
 //!
 //! Every layer and service holds its limit behind an `Arc`: clones share it.
 //!

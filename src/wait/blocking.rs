@@ -1,18 +1,57 @@
-//! Blocking waits for threads: reserve, then sleep outside any lock.
+//! Blocking waits for threads: a place in the bucket's line, and sleeps outside any lock.
 
 use core::time::Duration;
+use std::sync::Arc;
+use std::task::{Wake, Waker};
+use std::thread::{self, Thread};
 
+use super::queue::{Step, Waiter};
 use crate::{Clock, Denied, TokenBucket, Word};
+
+/// Wakes a parked thread.
+struct Unpark(Thread);
+
+impl Wake for Unpark {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.unpark();
+    }
+}
+
+/// Runs `waiter` on this thread until it is served or gives up: parks between looks, for at
+/// most its timer.
+pub(crate) fn wait_blocking<C: Clock, W: Word, const N: usize, T>(
+    mut waiter: Waiter<'_, C, W, N>,
+    mut take: impl FnMut() -> Result<T, Denied>,
+) -> Result<(T, Duration), Denied> {
+    let waker = Waker::from(Arc::new(Unpark(thread::current())));
+    loop {
+        match waiter.step(&waker, &mut take) {
+            Step::Done(done) => return done,
+            Step::Sleep(None) => thread::park(),
+            Step::Sleep(Some(time)) => {
+                if !time.is_zero() {
+                    thread::park_timeout(time);
+                }
+            }
+        }
+    }
+}
 
 impl<C: Clock, W: Word> TokenBucket<C, W> {
     /// Takes `n` tokens, blocking the thread until they have accrued; returns the time waited.
     ///
-    /// The tokens are reserved first and the thread then sleeps once, with no lock held, until
-    /// its own instant: threads are served in arrival order and each wakes once. `n` above the
-    /// burst fails at once with [`Denied::ExceedsCapacity`]; `n = 0` returns at once.
+    /// Threads wait in line, in arrival order, and only the one at the head takes its tokens,
+    /// when they fall due: each sleeps until its estimated turn and, unless someone ahead gave
+    /// up, wakes once. Nothing is taken before then, so a wait that ends early leaves the bucket
+    /// as if it had never queued. A thread arriving with nobody waiting takes at once when it
+    /// can. `n` above the burst fails at once with [`Denied::ExceedsCapacity`]; `n = 0` returns
+    /// at once.
     ///
-    /// The time waited is the reservation's [`wait`](crate::Reservation::wait): the sleep is at
-    /// least that long, and later only by the operating system's scheduling.
+    /// The time waited is measured on the bucket's clock: at least the time the tokens took to
+    /// accrue, later only by the operating system's scheduling.
     ///
     /// ```
     /// use std::time::Duration;
@@ -21,7 +60,7 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
     /// let bucket = TokenBucket::try_new(Quota::new(Rate::per_second(100)).burst(1), StdClock)?;
     /// assert_eq!(bucket.acquire_blocking(1)?, Duration::ZERO); // the burst
     /// let waited = bucket.acquire_blocking(1)?; // the next token accrues within 10 ms
-    /// assert!(waited <= Duration::from_millis(10));
+    /// assert!(waited <= Duration::from_millis(200)); // 10 ms, and a loaded machine's delay
     /// assert!(bucket.acquire_blocking(2).is_err()); // more than the burst: never, so at once
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
@@ -32,9 +71,11 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
     /// Takes `n` tokens if they accrue within `timeout`, blocking the thread until then; returns
     /// the time waited.
     ///
-    /// A wait that would exceed `timeout` fails at once with [`Denied::Insufficient`] and takes
-    /// nothing; its `retry_after` says when the same call would succeed. Otherwise it behaves as
-    /// [`acquire_blocking`](Self::acquire_blocking).
+    /// A wait that would exceed `timeout` (the tokens of everyone in line, then its own) fails
+    /// at once with [`Denied::Insufficient`] and takes nothing; its `retry_after` says how much
+    /// longer the wait would have been. A wait that runs out of time in line (others took the
+    /// tokens first) leaves the line with the same error, having taken nothing. Otherwise it
+    /// behaves as [`acquire_blocking`](Self::acquire_blocking).
     ///
     /// ```
     /// use std::time::Duration;
@@ -46,11 +87,10 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
     pub fn acquire_blocking_timeout(&self, n: u32, timeout: Duration) -> Result<Duration, Denied> {
-        let reservation = self.reserve(n, timeout)?;
-        let wait = reservation.wait();
-        if !wait.is_zero() {
-            std::thread::sleep(wait);
+        if n == 0 {
+            return Ok(Duration::ZERO);
         }
-        Ok(wait)
+        let waiter = Waiter::new([self], [n], Some(timeout))?;
+        wait_blocking(waiter, || self.try_acquire(n)).map(|((), waited)| waited)
     }
 }

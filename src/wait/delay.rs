@@ -9,10 +9,17 @@ use crate::{Clock, Denied, TokenBucket, Word};
 impl<C: Clock, W: Word> TokenBucket<C, W> {
     /// Takes `n` tokens, waiting on `delay` until they have accrued; returns the time waited.
     ///
-    /// The tokens are reserved first and the wait is one call to `delay` (two for waits beyond
-    /// 49 days), so callers are served in arrival order and wake once. `n` above the burst fails
-    /// at once with [`Denied::ExceedsCapacity`]. Safe to call from several execution contexts;
-    /// from an interrupt handler, prefer [`try_acquire`](Self::try_acquire), which never waits.
+    /// It takes nothing before it acts: it tries, and while the tokens are short it sleeps for
+    /// the `retry_after` the bucket gave (one call to `delay`, two for waits beyond 49 days)
+    /// and tries again. Alone on its bucket it wakes once, when its tokens are due. So a wait
+    /// that is abandoned (its task reset, a watchdog firing) leaves the bucket as if it had
+    /// never waited. Without a heap there is no line of waiters: execution contexts waiting on
+    /// one bucket at once are each served when they find their tokens there, not in arrival
+    /// order. `n` above the burst fails at once with [`Denied::ExceedsCapacity`]. Safe to call
+    /// from several execution contexts; from an interrupt handler, prefer
+    /// [`try_acquire`](Self::try_acquire), which never waits.
+    ///
+    /// The time waited is the sum of the delays asked for.
     ///
     /// ```
     /// use core::time::Duration;
@@ -34,10 +41,26 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
     pub fn acquire_with_delay(&self, n: u32, delay: &mut impl DelayNs) -> Result<Duration, Denied> {
-        let reservation = self.reserve(n, Duration::MAX)?;
-        let wait = reservation.wait();
-        delay_for(delay, wait);
-        Ok(wait)
+        wait_with_delay(delay, || self.try_acquire(n))
+    }
+}
+
+/// Tries `take`; while it is short, sleeps its `retry_after` on `delay` and tries again.
+/// Returns the time slept.
+pub(crate) fn wait_with_delay(
+    delay: &mut impl DelayNs,
+    mut take: impl FnMut() -> Result<(), Denied>,
+) -> Result<Duration, Denied> {
+    let mut waited = Duration::ZERO;
+    loop {
+        match take() {
+            Ok(()) => return Ok(waited),
+            Err(Denied::Insufficient { retry_after }) => {
+                delay_for(delay, retry_after);
+                waited = waited.saturating_add(retry_after);
+            }
+            Err(never) => return Err(never),
+        }
     }
 }
 

@@ -1,10 +1,16 @@
-//! Async waits for tokio, cancel-safe, and [`TokioClock`], which paused time drives.
+//! Async waits for tokio, cancel-safe (a place in the bucket's line, and one tokio timer), and
+//! [`TokioClock`], which paused time drives.
 
+use core::future::{poll_fn, Future};
+use core::pin::Pin;
+use core::task::Poll;
 use core::time::Duration;
+use std::boxed::Box;
 
-use ::tokio::time::Instant;
+use ::tokio::time::{sleep_until, Instant, Sleep};
 
-use crate::{Clock, Denied, Reservation, TokenBucket, Word};
+use super::queue::{Step, Waiter};
+use crate::{Clock, Denied, TokenBucket, Word};
 
 /// `tokio::time::Instant` in nanoseconds since the clock was made.
 ///
@@ -68,18 +74,56 @@ impl Clock for TokioClock {
     }
 }
 
+/// Runs `waiter` as a task until it is served or gives up: one tokio timer for its turn, and
+/// the head before it wakes it early if its turn comes sooner. Dropping the future drops the
+/// waiter, which leaves the line as if it had never joined.
+pub(crate) async fn wait_async<C: Clock, W: Word, const N: usize, T>(
+    mut waiter: Waiter<'_, C, W, N>,
+    mut take: impl FnMut() -> Result<T, Denied>,
+) -> Result<(T, Duration), Denied> {
+    let mut timer: Option<Pin<Box<Sleep>>> = None;
+    poll_fn(move |cx| loop {
+        let time = match waiter.step(cx.waker(), &mut take) {
+            Step::Done(done) => return Poll::Ready(done),
+            Step::Sleep(None) => return Poll::Pending,
+            Step::Sleep(Some(time)) => time,
+        };
+        // A wait beyond what `Instant` holds (decades of debt on a far-off clock) sleeps a
+        // year at a time, rather than overflowing.
+        let now = Instant::now();
+        let at = now
+            .checked_add(time)
+            .unwrap_or_else(|| now + Duration::from_secs(365 * 86_400));
+        let timer = match &mut timer {
+            Some(timer) => {
+                if timer.deadline() != at {
+                    timer.as_mut().reset(at);
+                }
+                timer
+            }
+            none => none.insert(Box::pin(sleep_until(at))),
+        };
+        if timer.as_mut().poll(cx).is_pending() {
+            return Poll::Pending;
+        }
+    })
+    .await
+}
+
 impl<C: Clock, W: Word> TokenBucket<C, W> {
     /// Takes `n` tokens, waiting until they have accrued; returns the time waited.
     ///
-    /// At its first poll the future reserves the tokens, then sleeps once with
-    /// `tokio::time::sleep` until they are due: tasks are served in the order they first polled,
-    /// each is woken once, and none re-checks. `n` above the burst fails at once with
-    /// [`Denied::ExceedsCapacity`]; `n = 0` and tokens at hand complete without sleeping.
+    /// Tasks wait in line, in the order they first polled, and only the one at the head takes
+    /// its tokens, when they fall due: each sleeps on one tokio timer until its estimated turn
+    /// and, unless someone ahead gave up, is woken once, with no re-check. A task arriving with
+    /// nobody waiting takes at once when it can. `n` above the burst fails at once with
+    /// [`Denied::ExceedsCapacity`]; `n = 0` completes at once.
     ///
-    /// **Cancel-safe.** Dropping the future before its wait is over gives its reservation back
-    /// through [`cancel`](Self::cancel), so `tokio::time::timeout`, `select!` and aborted tasks
-    /// leave no tokens stranded. Use [`TokioClock`] so that the bucket and the sleep read the
-    /// same clock (any [`Clock`] works outside paused time).
+    /// **Cancel-safe, and giving up costs nothing.** Nothing is taken before the tokens are
+    /// due, so a future dropped mid-wait (`tokio::time::timeout`, `select!`, an aborted task)
+    /// leaves the bucket as if it had never queued, whatever waits behind it: the next in line
+    /// moves up. Use [`TokioClock`] so that the bucket and the timer read the same clock (any
+    /// [`Clock`] works outside paused time).
     ///
     /// ```
     /// use std::time::Duration;
@@ -93,7 +137,7 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
     /// bucket.acquire(5).await?; // the burst, at once
     /// assert_eq!(bucket.acquire(1).await?, Duration::from_millis(200));
     ///
-    /// // Given up after 100 ms: the 5 tokens it had reserved go to the next caller.
+    /// // Given up after 100 ms: it had taken nothing, so the next caller finds what accrued.
     /// assert!(timeout(Duration::from_millis(100), bucket.acquire(5)).await.is_err());
     /// assert_eq!(bucket.acquire(1).await?, Duration::from_millis(100));
     /// assert_eq!(start.elapsed(), Duration::from_millis(400));
@@ -107,9 +151,11 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
     /// Takes `n` tokens if they accrue within `timeout`, waiting until then; returns the time
     /// waited.
     ///
-    /// A wait that would exceed `timeout` fails at once with [`Denied::Insufficient`], without
-    /// sleeping and without taking anything; its `retry_after` says when the same call would
-    /// succeed. Otherwise, and for cancellation, it behaves as [`acquire`](Self::acquire).
+    /// A wait that would exceed `timeout` (the tokens of everyone in line, then its own) fails
+    /// at once with [`Denied::Insufficient`], without sleeping and without taking anything; its
+    /// `retry_after` says how much longer the wait would have been. A wait that runs out of
+    /// time in line leaves it with the same error, having taken nothing. Otherwise, and for
+    /// cancellation, it behaves as [`acquire`](Self::acquire).
     ///
     /// ```
     /// use std::time::Duration;
@@ -130,39 +176,12 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
     /// # }
     /// ```
     pub async fn acquire_timeout(&self, n: u32, timeout: Duration) -> Result<Duration, Denied> {
-        let reservation = self.reserve(n, timeout)?;
-        let wait = reservation.wait();
-        if wait.is_zero() {
-            return Ok(wait);
+        if n == 0 {
+            return Ok(Duration::ZERO);
         }
-        let mut guard = GiveBackOnDrop {
-            bucket: self,
-            reservation: Some(reservation),
-        };
-        ::tokio::time::sleep(wait).await;
-        guard.keep();
-        Ok(wait)
-    }
-}
-
-/// Holds a reservation while its future sleeps, and gives it back if the future is dropped
-/// first.
-struct GiveBackOnDrop<'a, C: Clock, W: Word> {
-    bucket: &'a TokenBucket<C, W>,
-    reservation: Option<Reservation>,
-}
-
-impl<C: Clock, W: Word> GiveBackOnDrop<'_, C, W> {
-    /// The wait is over: the tokens are the caller's.
-    fn keep(&mut self) {
-        let _spent = self.reservation.take();
-    }
-}
-
-impl<C: Clock, W: Word> Drop for GiveBackOnDrop<'_, C, W> {
-    fn drop(&mut self) {
-        if let Some(reservation) = self.reservation.take() {
-            self.bucket.cancel(reservation);
-        }
+        let waiter = Waiter::new([self], [n], Some(timeout))?;
+        wait_async(waiter, || self.try_acquire(n))
+            .await
+            .map(|((), waited)| waited)
     }
 }

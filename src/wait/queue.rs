@@ -1,0 +1,595 @@
+//! The waiters' queue: callers wait in arrival order, and only the head of the line takes its
+//! tokens, when they fall due, through the bucket's own try path.
+//!
+//! Nothing is taken before it is due, so a waiter that gives up (a dropped future, a timeout, a
+//! thread whose deadline passed) leaves the bucket as if it had never queued, whatever waits
+//! behind it: it leaves the line, and if it was the head, the next waiter becomes the head. No
+//! reservation is left for anybody to give back, so under overload with callers that give up,
+//! the bucket keeps granting at its rate.
+//!
+//! The queue lives outside the bucket, whose whole state stays one word: a process-wide
+//! registry of [`SHARDS`] locks, each over the lines of the buckets whose address falls in it.
+//! A line is made for a bucket's first waiter and removed with its last; waiters borrow their
+//! buckets, so a bucket cannot be dropped (and its address reused) while anyone waits on it. A
+//! lock is held only to join, leave, or take as the head — a compare-exchange on the word —
+//! never across a wait.
+//!
+//! Each waiter sleeps until its *estimate*: when the bucket will hold the tokens of everyone
+//! ahead and its own. Without give-ups the estimate is exact, so a waiter wakes once, finds
+//! itself at the head with its tokens due, and takes them. When the head leaves (served or
+//! given up), it wakes the new head if that one's timer would fire later than its tokens fall
+//! due (someone ahead gave up), or if it has no timer (its estimate passed before its turn came).
+//! A waiter on several buckets ([`Limits`](crate::Limits)) has a place in each of their lines,
+//! joined under all their locks at once (taken in shard order, so none deadlocks and every line
+//! agrees on who came first), and takes from all or none when it heads every one of them.
+//!
+//! A waiter leaves its lines when it is dropped. One that is leaked instead (`mem::forget` on a
+//! wait's future) never leaves: like a forgotten lock guard, it holds up the waiters behind it
+//! on that bucket for good, while `try_acquire` and `reserve` go on working.
+
+use core::task::Waker;
+use core::time::Duration;
+use std::collections::VecDeque;
+use std::vec::Vec;
+
+use crate::clock::{duration_to_ticks_floor, ticks_to_duration_ceil};
+use crate::sync::{Mutex, MutexGuard};
+use crate::{Clock, Denied, TokenBucket, Word};
+
+/// How many locks the registry spreads the lines over.
+#[cfg(not(loom))]
+pub(crate) const SHARDS: usize = 64;
+/// One under loom: which shard a bucket falls in depends on its address, which differs from one
+/// execution of a model to the next, and loom needs every execution to take the same locks.
+#[cfg(loom)]
+pub(crate) const SHARDS: usize = 1;
+
+/// One waiter's place in one bucket's line.
+#[derive(Debug)]
+struct Entry {
+    /// Increasing along the line: the line is sorted by it.
+    id: u64,
+    /// What the waiter will take from this bucket, in the bucket's units.
+    units: u64,
+    /// Given up, not yet swept from the line (only the front is swept).
+    gone: bool,
+    waker: Option<Waker>,
+    /// The clock tick at which the waiter's own timer fires, if it has one.
+    timer_at: Option<u64>,
+}
+
+/// The waiters of one bucket, first come first.
+#[derive(Debug)]
+struct Line {
+    /// The bucket's address.
+    key: usize,
+    entries: VecDeque<Entry>,
+    next_id: u64,
+    /// Units of tokens that the waiters still in the line will take.
+    queued_units: u64,
+}
+
+impl Line {
+    fn new(key: usize) -> Self {
+        Line {
+            key,
+            entries: VecDeque::new(),
+            next_id: 0,
+            queued_units: 0,
+        }
+    }
+
+    fn head(&self) -> Option<&Entry> {
+        self.entries.front()
+    }
+
+    fn find(&mut self, id: u64) -> Option<&mut Entry> {
+        let at = self.entries.binary_search_by_key(&id, |e| e.id).ok()?;
+        self.entries.get_mut(at)
+    }
+
+    /// Takes `id` out of the line. Returns whether it was the head.
+    fn leave(&mut self, id: u64) -> bool {
+        let was_head = self.head().is_some_and(|e| e.id == id);
+        if let Some(entry) = self.find(id) {
+            if !entry.gone {
+                entry.gone = true;
+                entry.waker = None;
+                let units = entry.units;
+                self.queued_units = self.queued_units.saturating_sub(units);
+            }
+        }
+        // Sweep the front, so that the head is always a live waiter.
+        while self.entries.front().is_some_and(|e| e.gone) {
+            self.entries.pop_front();
+        }
+        was_head
+    }
+}
+
+/// The lines of the buckets whose address falls in one shard.
+type Shard = Vec<Line>;
+
+/// Every bucket's line, spread over [`SHARDS`] locks.
+struct Registry {
+    shards: [Mutex<Shard>; SHARDS],
+}
+
+#[cfg(not(loom))]
+static REGISTRY: Registry = Registry {
+    shards: [const { Mutex::new(Vec::new()) }; SHARDS],
+};
+
+#[cfg(not(loom))]
+fn registry() -> &'static Registry {
+    &REGISTRY
+}
+
+#[cfg(loom)]
+loom::lazy_static! {
+    static ref REGISTRY: Registry = Registry {
+        shards: core::array::from_fn(|_| Mutex::new(Vec::new())),
+    };
+}
+
+#[cfg(loom)]
+fn registry() -> &'static Registry {
+    &REGISTRY
+}
+
+#[cfg(not(loom))]
+fn shard_of(key: usize) -> usize {
+    // Buckets are at least word-aligned and often larger: mix the address before taking bits.
+    let mixed = (key as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    (mixed >> 58) as usize % SHARDS
+}
+
+#[cfg(loom)]
+fn shard_of(_key: usize) -> usize {
+    0
+}
+
+/// The locks of a waiter's shards, taken in shard order. Wakers handed to it are woken after
+/// the locks are released, so that no waker runs under a line's lock.
+struct Locked<const N: usize> {
+    /// `(shard, guard)`, one per distinct shard.
+    guards: [Option<(usize, MutexGuard<'static, Shard>)>; N],
+    wake: [Option<Waker>; N],
+}
+
+impl<const N: usize> Drop for Locked<N> {
+    fn drop(&mut self) {
+        for guard in &mut self.guards {
+            drop(guard.take());
+        }
+        for waker in self.wake.iter_mut().filter_map(Option::take) {
+            waker.wake();
+        }
+    }
+}
+
+impl<const N: usize> Locked<N> {
+    fn lock(keys: &[usize; N]) -> Self {
+        let mut shards: [usize; N] = core::array::from_fn(|i| shard_of(keys[i]));
+        shards.sort_unstable();
+        let mut guards: [Option<(usize, MutexGuard<'static, Shard>)>; N] =
+            core::array::from_fn(|_| None);
+        let mut last = None;
+        for (slot, shard) in guards.iter_mut().zip(shards) {
+            if last == Some(shard) {
+                continue;
+            }
+            last = Some(shard);
+            // A panic never happens under the lock (nothing there can panic), but if one did,
+            // the lines are still whole: carry on with them.
+            let guard = match registry().shards[shard].lock() {
+                Ok(guard) => guard,
+                Err(poisoned) => poisoned.into_inner(),
+            };
+            *slot = Some((shard, guard));
+        }
+        Locked {
+            guards,
+            wake: core::array::from_fn(|_| None),
+        }
+    }
+
+    fn shard(&mut self, key: usize) -> Option<&mut Shard> {
+        let shard = shard_of(key);
+        self.guards
+            .iter_mut()
+            .flatten()
+            .find(|(s, _)| *s == shard)
+            .map(|(_, guard)| &mut **guard)
+    }
+
+    fn line(&mut self, key: usize) -> Option<&mut Line> {
+        self.shard(key)?.iter_mut().find(|line| line.key == key)
+    }
+
+    fn line_or_new(&mut self, key: usize) -> Option<&mut Line> {
+        let shard = self.shard(key)?;
+        let at = match shard.iter().position(|line| line.key == key) {
+            Some(at) => at,
+            None => {
+                shard.push(Line::new(key));
+                shard.len() - 1
+            }
+        };
+        shard.get_mut(at)
+    }
+
+    fn drop_if_empty(&mut self, key: usize) {
+        if let Some(shard) = self.shard(key) {
+            if let Some(at) = shard
+                .iter()
+                .position(|line| line.key == key && line.entries.is_empty())
+            {
+                shard.swap_remove(at);
+            }
+        }
+    }
+}
+
+/// What a waiter does next.
+pub(crate) enum Step<T> {
+    /// Served (with what it took and the time it waited) or refused: the wait is over.
+    Done(Result<(T, Duration), Denied>),
+    /// Sleep until woken, or for at most this long.
+    Sleep(Option<Duration>),
+}
+
+/// A caller waiting for `costs[i]` tokens from `buckets[i]`, from all or none. Dropping it
+/// leaves the lines as if it had never joined them.
+pub(crate) struct Waiter<'a, C: Clock, W: Word, const N: usize> {
+    buckets: [&'a TokenBucket<C, W>; N],
+    keys: [usize; N],
+    units: [u64; N],
+    /// Its place in each line, once it has joined them.
+    ids: Option<[u64; N]>,
+    start_ticks: u64,
+    /// When it gives up, on the first bucket's clock.
+    deadline_ticks: Option<u64>,
+    timer_at: Option<u64>,
+}
+
+impl<'a, C: Clock, W: Word, const N: usize> Waiter<'a, C, W, N> {
+    /// A waiter for `costs[i]` from `buckets[i]` that gives up after `timeout` (never if
+    /// `None`). A cost above a bucket's burst fails here, at once.
+    pub(crate) fn new(
+        buckets: [&'a TokenBucket<C, W>; N],
+        costs: [u32; N],
+        timeout: Option<Duration>,
+    ) -> Result<Self, Denied> {
+        let mut units = [0u64; N];
+        for (i, (bucket, &n)) in buckets.iter().zip(&costs).enumerate() {
+            units[i] = if n == 0 {
+                0
+            } else {
+                bucket.cell().params.cost(n)?
+            };
+        }
+        let start_ticks = buckets.first().map_or(0, |b| b.clock().now());
+        // A timeout beyond half the clock's range is longer than any wait the word can hold
+        // (and would read as past in the signed comparisons): no deadline.
+        let deadline_ticks = timeout
+            .map(duration_to_ticks_floor::<C>)
+            .filter(|&ticks| ticks < 1 << 62)
+            .map(|ticks| start_ticks.wrapping_add(ticks));
+        Ok(Waiter {
+            keys: core::array::from_fn(|i| key_of(buckets[i])),
+            buckets,
+            units,
+            ids: None,
+            start_ticks,
+            deadline_ticks,
+            timer_at: None,
+        })
+    }
+
+    fn now(&self) -> u64 {
+        self.buckets.first().map_or(0, |b| b.clock().now())
+    }
+
+    /// One look at the line, under its locks: take if this waiter heads every line and its
+    /// tokens are due; otherwise say how long to sleep. `take` is the all-or-none try path;
+    /// `waker` is what the head that leaves before it wakes.
+    pub(crate) fn step<T>(
+        &mut self,
+        waker: &Waker,
+        take: impl FnOnce() -> Result<T, Denied>,
+    ) -> Step<T> {
+        let mut locked = Locked::lock(&self.keys);
+        let now = self.now();
+        let Some(ids) = self.ids else {
+            return self.join(&mut locked, now, waker, take);
+        };
+        let heads_all =
+            self.keys.iter().zip(&ids).all(|(&key, &id)| {
+                locked.line(key).and_then(|l| l.head()).map(|e| e.id) == Some(id)
+            });
+        if heads_all {
+            match take() {
+                Ok(taken) => {
+                    self.leave(&mut locked, now);
+                    return Step::Done(Ok((taken, self.waited(now))));
+                }
+                Err(Denied::Insufficient { retry_after }) => {
+                    let retry = duration_to_ceil_ticks::<C>(retry_after);
+                    if let Some(left) = self.time_left(now) {
+                        if retry > left {
+                            self.leave(&mut locked, now);
+                            return Step::Done(Err(Denied::Insufficient {
+                                retry_after: ticks_to_duration_ceil::<C>(retry - left),
+                            }));
+                        }
+                    }
+                    self.timer_at = Some(now.wrapping_add(retry));
+                }
+                Err(never) => {
+                    self.leave(&mut locked, now);
+                    return Step::Done(Err(never));
+                }
+            }
+        } else {
+            if self.time_left(now) == Some(0) {
+                let retry_after = self.estimate_ahead(&mut locked, now, &ids);
+                self.leave(&mut locked, now);
+                return Step::Done(Err(Denied::Insufficient { retry_after }));
+            }
+            // Its estimate passed before its turn came: the head that leaves wakes it.
+            if self
+                .timer_at
+                .is_some_and(|at| (at.wrapping_sub(now) as i64) <= 0)
+            {
+                self.timer_at = None;
+            }
+        }
+        self.record(&mut locked, &ids, waker);
+        Step::Sleep(self.sleep_for(now))
+    }
+
+    /// The first look: straight to the try path when nobody waits, else to the back of the
+    /// lines.
+    fn join<T>(
+        &mut self,
+        locked: &mut Locked<N>,
+        now: u64,
+        waker: &Waker,
+        take: impl FnOnce() -> Result<T, Denied>,
+    ) -> Step<T> {
+        let nobody_waits = self
+            .keys
+            .iter()
+            .all(|&key| locked.line(key).map_or(true, |l| l.entries.is_empty()));
+        let wait = if nobody_waits {
+            match take() {
+                Ok(taken) => return Step::Done(Ok((taken, Duration::ZERO))),
+                Err(Denied::Insufficient { retry_after }) => {
+                    duration_to_ceil_ticks::<C>(retry_after)
+                }
+                Err(never) => return Step::Done(Err(never)),
+            }
+        } else {
+            // When each bucket holds the tokens of everyone in its line and this waiter's.
+            let mut wait = 0;
+            for i in 0..N {
+                let queued = locked.line(self.keys[i]).map_or(0, |l| l.queued_units);
+                let bucket = self.buckets[i];
+                wait =
+                    wait.max(bucket.ticks_until_holding(now, queued.saturating_add(self.units[i])));
+            }
+            wait
+        };
+        if let Some(left) = self.time_left(now) {
+            if wait > left {
+                return Step::Done(Err(Denied::Insufficient {
+                    retry_after: ticks_to_duration_ceil::<C>(wait - left),
+                }));
+            }
+        }
+        self.timer_at = Some(now.wrapping_add(wait));
+        let mut ids = [0u64; N];
+        for i in 0..N {
+            let (key, units, timer_at) = (self.keys[i], self.units[i], self.timer_at);
+            let Some(line) = locked.line_or_new(key) else {
+                continue;
+            };
+            line.queued_units = line.queued_units.saturating_add(units);
+            // A bucket named twice has one place in its line, for both costs.
+            if let Some(j) = self.keys[..i].iter().position(|&k| k == key) {
+                ids[i] = ids[j];
+                if let Some(entry) = line.find(ids[j]) {
+                    entry.units = entry.units.saturating_add(units);
+                }
+                continue;
+            }
+            ids[i] = line.next_id;
+            line.next_id += 1;
+            line.entries.push_back(Entry {
+                id: ids[i],
+                units,
+                gone: false,
+                waker: Some(waker.clone()),
+                timer_at,
+            });
+        }
+        self.ids = Some(ids);
+        Step::Sleep(self.sleep_for(now))
+    }
+
+    /// Keeps the lines' copy of this waiter's waker and timer up to date.
+    fn record(&self, locked: &mut Locked<N>, ids: &[u64; N], waker: &Waker) {
+        for (&key, &id) in self.keys.iter().zip(ids) {
+            if let Some(entry) = locked.line(key).and_then(|l| l.find(id)) {
+                entry.timer_at = self.timer_at;
+                match &entry.waker {
+                    Some(known) if known.will_wake(waker) => {}
+                    _ => entry.waker = Some(waker.clone()),
+                }
+            }
+        }
+    }
+
+    /// Leaves every line; where it was the head, hands the head on.
+    fn leave(&mut self, locked: &mut Locked<N>, now: u64) {
+        let Some(ids) = self.ids.take() else {
+            return;
+        };
+        for (i, &id) in ids.iter().enumerate() {
+            let key = self.keys[i];
+            let Some(line) = locked.line(key) else {
+                continue;
+            };
+            if line.leave(id) {
+                locked.wake[i] = hand_on(line, self.buckets[i], now);
+            }
+            locked.drop_if_empty(key);
+        }
+    }
+
+    /// How long until the tokens of everyone ahead and its own would be there.
+    fn estimate_ahead(&self, locked: &mut Locked<N>, now: u64, ids: &[u64; N]) -> Duration {
+        let mut wait = 0;
+        for (i, &id) in ids.iter().enumerate() {
+            let Some(line) = locked.line(self.keys[i]) else {
+                continue;
+            };
+            let ahead: u64 = line
+                .entries
+                .iter()
+                .take_while(|e| e.id < id)
+                .filter(|e| !e.gone)
+                .map(|e| e.units)
+                .fold(0, u64::saturating_add);
+            let bucket = self.buckets[i];
+            wait = wait.max(bucket.ticks_until_holding(now, ahead.saturating_add(self.units[i])));
+        }
+        ticks_to_duration_ceil::<C>(wait)
+    }
+
+    /// Ticks left before the deadline: `None` without one.
+    fn time_left(&self, now: u64) -> Option<u64> {
+        let deadline = self.deadline_ticks?;
+        Some((deadline.wrapping_sub(now) as i64).max(0) as u64)
+    }
+
+    /// Until its timer or its deadline, whichever comes first; `None`: until woken.
+    fn sleep_for(&self, now: u64) -> Option<Duration> {
+        let timer = self
+            .timer_at
+            .map(|at| (at.wrapping_sub(now) as i64).max(0) as u64);
+        let ticks = match (timer, self.time_left(now)) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }?;
+        Some(ticks_to_duration_ceil::<C>(ticks))
+    }
+
+    fn waited(&self, now: u64) -> Duration {
+        ticks_to_duration_ceil::<C>((now.wrapping_sub(self.start_ticks) as i64).max(0) as u64)
+    }
+}
+
+impl<C: Clock, W: Word, const N: usize> Drop for Waiter<'_, C, W, N> {
+    fn drop(&mut self) {
+        if self.ids.is_some() {
+            let mut locked = Locked::lock(&self.keys);
+            let now = self.now();
+            self.leave(&mut locked, now);
+        }
+    }
+}
+
+/// The head left `line`: the new head's waker, unless its own timer fires in time for its
+/// tokens.
+fn hand_on<C: Clock, W: Word>(
+    line: &mut Line,
+    bucket: &TokenBucket<C, W>,
+    now: u64,
+) -> Option<Waker> {
+    let head = line.entries.front_mut()?;
+    let due = now.wrapping_add(bucket.ticks_until_holding(now, head.units));
+    let timer_in_time = head
+        .timer_at
+        .is_some_and(|at| (at.wrapping_sub(now) as i64) > 0 && (due.wrapping_sub(at) as i64) >= 0);
+    if timer_in_time {
+        None
+    } else {
+        head.waker.take()
+    }
+}
+
+fn key_of<C, W: Word>(bucket: &TokenBucket<C, W>) -> usize {
+    bucket as *const TokenBucket<C, W> as usize
+}
+
+/// A `retry_after` back in ticks, rounded up so that a waiter never wakes early.
+fn duration_to_ceil_ticks<C: Clock>(duration: Duration) -> u64 {
+    let ticks = duration_to_ticks_floor::<C>(duration);
+    if ticks_to_duration_ceil::<C>(ticks) < duration {
+        ticks.saturating_add(1)
+    } else {
+        ticks
+    }
+}
+
+impl<C: Clock, W: Word> TokenBucket<C, W> {
+    /// Ticks from `now_ticks` until the bucket holds `units` (which may exceed the burst: the
+    /// line takes tokens as they accrue, so the cap never applies). Takes nothing.
+    pub(crate) fn ticks_until_holding(&self, now_ticks: u64, units: u64) -> u64 {
+        let cell = self.cell();
+        let p = cell.params;
+        let now_units = p.units_at(now_ticks);
+        let mut word = W::load(cell.word);
+        if word == p.unused {
+            word = p.fresh(now_units);
+        }
+        // Within the range `take` reads: beyond the debt bound a wait is decades anyway.
+        let units = units.min(p.max_debt_units);
+        match p.take(word, now_units, units, 0) {
+            Ok(_) => 0,
+            Err(short) => p.ticks_until(now_ticks, short),
+        }
+    }
+}
+
+/// Loom models only: one waiter on one bucket, stepped by hand, and the length of a line.
+#[cfg(loom)]
+#[doc(hidden)]
+pub mod models {
+    use core::task::Waker;
+    use core::time::Duration;
+
+    use super::{key_of, Locked, Step, Waiter};
+    use crate::{Clock, Denied, Limits, TokenBucket, Word};
+
+    /// A waiter for `costs[i]` tokens from `buckets[i]`, all or none; dropping it gives up.
+    pub struct ModelWaiter<'a, C: Clock, W: Word, const N: usize>(Waiter<'a, C, W, N>, [u32; N]);
+
+    impl<'a, C: Clock, W: Word, const N: usize> ModelWaiter<'a, C, W, N> {
+        /// A waiter for `costs[i]` tokens from `buckets[i]`, with no timeout.
+        pub fn new(buckets: [&'a TokenBucket<C, W>; N], costs: [u32; N]) -> Result<Self, Denied> {
+            Waiter::new(buckets, costs, None).map(|waiter| ModelWaiter(waiter, costs))
+        }
+
+        /// One look at the lines: `Some` when the wait is over (served or refused), `None` when
+        /// it sleeps until `waker` is woken or its timer fires.
+        pub fn step(&mut self, waker: &Waker) -> Option<Result<Duration, Denied>> {
+            let limits = Limits::new(self.0.buckets);
+            let costs = self.1;
+            match self.0.step(waker, || limits.try_acquire(costs)) {
+                Step::Done(done) => Some(done.map(|((), waited)| waited)),
+                Step::Sleep(_) => None,
+            }
+        }
+    }
+
+    /// Waiters in `bucket`'s line, given-up ones not yet swept included.
+    pub fn line_len<C: Clock, W: Word>(bucket: &TokenBucket<C, W>) -> usize {
+        let key = key_of(bucket);
+        Locked::<1>::lock(&[key])
+            .line(key)
+            .map_or(0, |line| line.entries.len())
+    }
+}
