@@ -5,7 +5,8 @@
 //! compare-and-swap (thumbv6m, riscv32imc) it needs the final firmware to choose how to provide
 //! it (its `critical-section` feature or the `portable_atomic_unsafe_assume_single_core` cfg);
 //! this library never chooses for it. 64-bit cells are used only where the target has native
-//! 64-bit atomics: elsewhere portable-atomic would fall back to a lock.
+//! 64-bit atomics, or where the `word64` feature asks for them: then portable-atomic falls back
+//! to a lock, which the final firmware makes a critical section.
 
 #[cfg(loom)]
 pub(crate) use loom::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -13,7 +14,7 @@ pub(crate) use loom::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 #[cfg(not(loom))]
 pub(crate) use portable_atomic::{AtomicU32, Ordering};
 
-#[cfg(all(not(loom), target_has_atomic = "64"))]
+#[cfg(all(not(loom), any(target_has_atomic = "64", feature = "word64")))]
 pub(crate) use portable_atomic::AtomicU64;
 
 #[cfg(loom)]

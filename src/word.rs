@@ -1,6 +1,6 @@
 //! The width of the atomic word that holds a bucket's whole state.
 
-#[cfg(any(loom, target_has_atomic = "64"))]
+#[cfg(any(loom, target_has_atomic = "64", feature = "word64"))]
 use crate::sync::AtomicU64;
 use crate::sync::{AtomicU32, Ordering};
 
@@ -10,7 +10,9 @@ use crate::sync::{AtomicU32, Ordering};
 /// A 32-bit microcontroller without 64-bit atomics would get them from a spin lock, which can
 /// deadlock when an interrupt handler touches the bucket; the 32-bit word avoids that at the
 /// cost of a finite idle horizon (see [`TokenBucket::idle_horizon`](crate::TokenBucket::idle_horizon)).
-/// Hosts may choose the `u32` word too, to halve the memory of a bucket.
+/// Hosts may choose the `u32` word too, to halve the memory of a bucket. A firmware that provides
+/// portable-atomic's critical section may choose `u64` there with the `word64` feature and get
+/// the 64-bit word's guarantees.
 ///
 /// The trait is sealed: `u32` and `u64` are its only implementations.
 pub trait Word: sealed::Sealed + Copy + 'static {
@@ -84,7 +86,9 @@ impl Word for u32 {
     }
 }
 
-#[cfg(any(loom, target_has_atomic = "64"))]
+/// Where the target has native 64-bit atomics; on others with the `word64` feature, through
+/// portable-atomic's fallback (the final firmware enables its `critical-section` feature).
+#[cfg(any(loom, target_has_atomic = "64", feature = "word64"))]
 impl Word for u64 {
     type Atomic = AtomicU64;
     const BITS: u32 = 64;

@@ -85,7 +85,7 @@ fn two_hundred_acquisitions_at_rate_20_burst_20_take_nine_seconds_twenty_a_secon
 }
 
 #[test]
-fn a_waiting_context_holds_no_token_until_it_acts() {
+fn a_waiting_context_holds_its_place_and_its_schedule() {
     let clock = ManualClock::new();
     let bucket = TokenBucket::try_new(
         Quota::new(Rate::per_second(5)).burst(5).start_empty(),
@@ -99,13 +99,43 @@ fn a_waiting_context_holds_no_token_until_it_acts() {
         taken_by_interrupt: false,
         calls: Vec::new(),
     };
-    // Five tokens are due at 1 s. The waiting context has taken none of them, so an interrupt
-    // at 600 ms finds three and takes one; the waiter, short by one at 1 s, sleeps 200 ms more.
-    // Had it reserved, the interrupt would have found the bucket in debt.
-    assert_eq!(bucket.acquire_with_delay(5, &mut delay), Ok(ms(1_200)));
-    assert!(delay.taken_by_interrupt);
-    assert_eq!(delay.calls, [ms(1_000), ms(200)]);
+    // Five tokens are due at 1 s and the waiting context has reserved them: an interrupt at
+    // 600 ms finds the bucket owing them and takes none, and the waiter is served at 1 s, once.
+    assert_eq!(bucket.acquire_with_delay(5, &mut delay), Ok(ms(1_000)));
+    assert!(!delay.taken_by_interrupt);
+    assert_eq!(delay.calls, [ms(1_000)]);
     assert_eq!(bucket.available(), 0);
+}
+
+#[test]
+fn a_late_wake_up_loses_the_schedule_nothing() {
+    // Burst 1 at 10/s, and a delay that always wakes 300 µs late: the grants stay 100 ms apart
+    // on the bucket's schedule, not 100.3 ms.
+    let clock = ManualClock::new();
+    let bucket = TokenBucket::try_new(
+        Quota::new(Rate::per_second(10)).burst(1).start_empty(),
+        &clock,
+    )
+    .unwrap();
+    let mut delay = Late(&clock);
+    for k in 1..=20u64 {
+        bucket.acquire_with_delay(1, &mut delay).unwrap();
+        assert!(
+            clock.now() <= k * 100_000_000 + 300_000,
+            "grant {k} at {}",
+            clock.now()
+        );
+    }
+}
+
+/// A delay that oversleeps by 300 µs, as a timer with coarse ticks would.
+struct Late<'a>(&'a ManualClock);
+
+impl DelayNs for Late<'_> {
+    fn delay_ns(&mut self, ns: u32) {
+        self.0
+            .advance(Duration::from_nanos(u64::from(ns) + 300_000));
+    }
 }
 
 #[test]

@@ -9,15 +9,15 @@ use crate::{Clock, Denied, TokenBucket, Word};
 impl<C: Clock, W: Word> TokenBucket<C, W> {
     /// Takes `n` tokens, waiting on `delay` until they have accrued; returns the time waited.
     ///
-    /// It takes nothing before it acts: it tries, and while the tokens are short it sleeps for
-    /// the `retry_after` the bucket gave (one call to `delay`, two for waits beyond 49 days)
-    /// and tries again. Alone on its bucket it wakes once, when its tokens are due. So a wait
-    /// that is abandoned (its task reset, a watchdog firing) leaves the bucket as if it had
-    /// never waited. Without a heap there is no line of waiters: execution contexts waiting on
-    /// one bucket at once are each served when they find their tokens there, not in arrival
-    /// order. `n` above the burst fails at once with [`Denied::ExceedsCapacity`]. Safe to call
-    /// from several execution contexts; from an interrupt handler, prefer
-    /// [`try_acquire`](Self::try_acquire), which never waits.
+    /// It reserves the tokens at once and sleeps until they are due (one call to `delay`, two
+    /// for waits beyond 49 days), so contexts waiting on one bucket are served in the order
+    /// they asked and a late wake-up loses the bucket no time: the schedule stays exact. A
+    /// blocking wait through `DelayNs` has no timeout and cannot be given up short of a reset,
+    /// so holding the tokens while it sleeps strands nothing. Where the word's debt bound is
+    /// reached (one burst on the 32-bit word, when other contexts wait too), it sleeps until
+    /// there is room and reserves then. `n` above the burst fails at once with
+    /// [`Denied::ExceedsCapacity`]. Safe to call from several execution contexts; from an
+    /// interrupt handler, prefer [`try_acquire`](Self::try_acquire), which never waits.
     ///
     /// The time waited is the sum of the delays asked for.
     ///
@@ -41,7 +41,22 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
     pub fn acquire_with_delay(&self, n: u32, delay: &mut impl DelayNs) -> Result<Duration, Denied> {
-        wait_with_delay(delay, || self.try_acquire(n))
+        let mut waited = Duration::ZERO;
+        loop {
+            match self.reserve(n, Duration::MAX) {
+                Ok(reservation) => {
+                    let wait = reservation.wait();
+                    delay_for(delay, wait);
+                    return Ok(waited.saturating_add(wait));
+                }
+                // Past the debt bound: room comes when the debt ahead is paid.
+                Err(Denied::Insufficient { retry_after }) => {
+                    delay_for(delay, retry_after);
+                    waited = waited.saturating_add(retry_after);
+                }
+                Err(never) => return Err(never),
+            }
+        }
     }
 }
 
