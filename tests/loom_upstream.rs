@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use loom::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use loom::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use loom::sync::Arc;
 use loom::thread;
 use tollgate::{Clock, Denied, Limits, Pause, Quota, Rate, TokenBucket};
@@ -126,6 +126,46 @@ fn a_quota_change_racing_acquires_mints_nothing() {
             Err(Denied::Insufficient {
                 retry_after: Duration::from_secs(3)
             })
+        );
+    });
+}
+
+/// A clock that moves 7 µs at every reading, so that quota changes and acquires land at
+/// instants that are no multiple of either layout's step.
+#[derive(Clone)]
+struct Stepping(Arc<AtomicU64>);
+impl Clock for Stepping {
+    const TICKS_PER_SECOND: u64 = 1_000_000_000;
+    fn now(&self) -> u64 {
+        // Relaxed: the clock is a counter; the bucket's own word orders its decisions.
+        self.0.fetch_add(7_000, Ordering::Relaxed) + 7_000
+    }
+}
+
+#[test]
+fn quota_changes_between_layouts_of_different_resolutions_mint_nothing() {
+    loom::model(|| {
+        let ticks = Arc::new(AtomicU64::new(0));
+        let (slow, fast) = (
+            Quota::new(Rate::per_second(50_000)).burst(4).start_empty(),
+            Quota::new(Rate::per_second(50_001)).burst(4),
+        );
+        let bucket =
+            Arc::new(tollgate::AdjustableBucket::try_new(slow, Stepping(ticks.clone())).unwrap());
+        let acquirer = {
+            let bucket = bucket.clone();
+            thread::spawn(move || (0..2).filter(|_| bucket.try_acquire(1).is_ok()).count() as u64)
+        };
+        bucket.set_quota(fast).unwrap();
+        bucket.set_quota(slow).unwrap();
+        let granted = acquirer.join().unwrap();
+        let left = bucket.available();
+        // Every token granted or held accrued at the higher rate since the start, empty.
+        let elapsed_ns = ticks.load(Ordering::Relaxed);
+        let accrued = 50_001 * elapsed_ns / 1_000_000_000;
+        assert!(
+            granted + left <= accrued,
+            "{granted} granted and {left} held, {accrued} accrued in {elapsed_ns} ns"
         );
     });
 }
