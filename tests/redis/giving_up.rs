@@ -1,0 +1,71 @@
+//! Waits that give up cost nothing on a Redis bucket: under overload with callers that time
+//! out, goodput stays at the rate, and the moment the load stops the bucket serves at once.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::{timeout, Instant};
+use tollgate::redis::{Client, RedisBucket, RedisConnection};
+use tollgate::{Quota, Rate};
+
+use crate::support::{runtime, serial, RedisServer};
+
+const RATE: u64 = 50;
+const BURST: u64 = 5;
+
+/// Twice the rate, 100 callers a second, each giving up on `acquire(1)` after 200 ms, for 4 s
+/// of real time: at least 90 % of the rate is granted in every second after the first, and a
+/// fresh caller afterwards is served within one token's time (20 ms) and a 100 ms margin.
+#[test]
+fn twice_the_rate_with_timeouts_keeps_the_rate() {
+    let _serial = serial();
+    let server = RedisServer::start();
+    runtime().block_on(async {
+        let redis = RedisConnection::connect(Client::open(server.url()).expect("url"))
+            .await
+            .expect("connect");
+        let quota = Quota::new(Rate::per_second(RATE)).burst(BURST);
+        let bucket = RedisBucket::builder(&redis, "giving-up", quota)
+            .connect()
+            .await
+            .expect("bucket");
+        let start = Instant::now();
+        let granted_at: Arc<Mutex<Vec<Duration>>> = Arc::default();
+        let mut callers = Vec::new();
+        let mut tick = tokio::time::interval(Duration::from_millis(10));
+        while start.elapsed() < Duration::from_secs(4) {
+            tick.tick().await;
+            let bucket = bucket.clone();
+            let granted_at = Arc::clone(&granted_at);
+            callers.push(tokio::spawn(async move {
+                if let Ok(Ok(_)) = timeout(Duration::from_millis(200), bucket.acquire(1)).await {
+                    granted_at.lock().unwrap().push(start.elapsed());
+                }
+            }));
+        }
+        for caller in callers {
+            caller.await.expect("caller");
+        }
+        let mut per_second = [0u64; 4];
+        for at in granted_at.lock().unwrap().iter() {
+            if let Some(count) = per_second.get_mut(at.as_secs() as usize) {
+                *count += 1;
+            }
+        }
+        let fresh = Instant::now();
+        bucket.acquire(1).await.expect("a fresh caller");
+        let fresh_wait = fresh.elapsed();
+        println!("grants per second {per_second:?}, then a fresh caller in {fresh_wait:?}");
+        for (second, &count) in per_second.iter().enumerate().skip(1) {
+            assert!(
+                count * 100 >= RATE * 90,
+                "second {second}: {count} grants, below 90 % of {RATE}/s: {per_second:?}"
+            );
+        }
+        let token = Duration::from_secs(1) / RATE as u32;
+        assert!(
+            fresh_wait <= token + Duration::from_millis(100),
+            "a fresh caller waited {fresh_wait:?} after the load"
+        );
+    });
+}
