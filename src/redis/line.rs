@@ -1,0 +1,144 @@
+//! The line of a [`RedisBucket`](super::RedisBucket)'s waiters in this process: callers of
+//! `acquire` wait in arrival order, and only the head asks Redis to take, when its tokens are
+//! due, so a waiter that gives up has taken nothing.
+//!
+//! It is the local waits' rule ([`crate::wait`]) with an asynchronous take: the head cannot
+//! hold a lock across a round trip, so the line only says who the head is and what Redis last
+//! reported; the head makes its calls with no lock held. Nothing here is shared with other
+//! processes: each process's head competes with theirs in Redis, first come first served.
+
+use core::future::{poll_fn, Future};
+use core::pin::pin;
+use core::task::{Poll, Waker};
+use std::collections::VecDeque;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use tokio::time::{sleep_until, Instant};
+
+/// The waiters of one bucket (and its clones) in this process, first come first.
+#[derive(Default)]
+pub(super) struct Line {
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    /// Live waiters only: one that leaves is removed at once. Sorted by id.
+    entries: VecDeque<Entry>,
+    next_id: u64,
+    /// The level in units that Redis last reported to this bucket, and when that was seen.
+    last_level: Option<(Instant, i128)>,
+}
+
+struct Entry {
+    id: u64,
+    /// What the waiter will take, in the layout's units.
+    units: u64,
+    /// Woken when the waiter becomes the head.
+    waker: Option<Waker>,
+}
+
+/// A waiter's place in the line. Dropping it leaves the line, and wakes the next waiter if this
+/// one was the head.
+pub(super) struct Place<'a> {
+    line: &'a Line,
+    id: u64,
+}
+
+impl Line {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // Nothing under the lock can panic; if something did, the line is still whole.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Joins the back of the line for `units`; also returns the units of the waiters ahead
+    /// (zero: it is the head at once).
+    pub(super) fn join(&self, units: u64) -> (Place<'_>, u64) {
+        let mut state = self.lock();
+        let ahead = state
+            .entries
+            .iter()
+            .map(|e| e.units)
+            .fold(0, u64::saturating_add);
+        let id = state.next_id;
+        state.next_id += 1;
+        state.entries.push_back(Entry {
+            id,
+            units,
+            waker: None,
+        });
+        (Place { line: self, id }, ahead)
+    }
+
+    /// Records the level Redis reported just now.
+    pub(super) fn saw_level(&self, level: i128) {
+        self.lock().last_level = Some((Instant::now(), level));
+    }
+
+    /// The level Redis last reported, and when it was seen.
+    pub(super) fn last_level(&self) -> Option<(Instant, i128)> {
+        self.lock().last_level
+    }
+}
+
+impl Place<'_> {
+    /// The units of the waiters ahead of this one.
+    pub(super) fn ahead_units(&self) -> u64 {
+        self.line
+            .lock()
+            .entries
+            .iter()
+            .take_while(|e| e.id < self.id)
+            .map(|e| e.units)
+            .fold(0, u64::saturating_add)
+    }
+
+    /// Waits until this waiter heads the line (`true`), or until `deadline` (`false`). Woken
+    /// once, by the head that leaves before it.
+    pub(super) async fn until_head(&self, deadline: Option<Instant>) -> bool {
+        let mut timer = pin!(deadline.map(sleep_until));
+        poll_fn(|cx| {
+            {
+                let mut state = self.line.lock();
+                let Some(entry) = state.entries.front_mut() else {
+                    return Poll::Ready(true); // unreachable while this place lives
+                };
+                if entry.id == self.id {
+                    return Poll::Ready(true);
+                }
+                if let Some(entry) = state.entries.iter_mut().find(|e| e.id == self.id) {
+                    match &entry.waker {
+                        Some(known) if known.will_wake(cx.waker()) => {}
+                        _ => entry.waker = Some(cx.waker().clone()),
+                    }
+                }
+            }
+            match timer.as_mut().as_pin_mut().map(|timer| timer.poll(cx)) {
+                Some(Poll::Ready(())) => Poll::Ready(false),
+                _ => Poll::Pending,
+            }
+        })
+        .await
+    }
+}
+
+impl Drop for Place<'_> {
+    fn drop(&mut self) {
+        let wake = {
+            let mut state = self.line.lock();
+            let was_head = state.entries.front().is_some_and(|e| e.id == self.id);
+            if let Ok(at) = state.entries.binary_search_by_key(&self.id, |e| e.id) {
+                state.entries.remove(at);
+            }
+            if was_head {
+                state.entries.front_mut().and_then(|head| head.waker.take())
+            } else {
+                None
+            }
+        };
+        // Woken with the lock released, so that no waker runs under it.
+        if let Some(waker) = wake {
+            waker.wake();
+        }
+    }
+}
