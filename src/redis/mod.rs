@@ -8,6 +8,11 @@
 //! the bucket would be full again, so idle buckets cost no memory. Every bucket of a process
 //! talks to a server over one shared [`RedisConnection`].
 //!
+//! Waits ([`acquire`](RedisBucket::acquire)) reserve nothing in Redis: a bucket's callers wait
+//! in a line in this process (`line`), as the local waits do, and only its head asks Redis to
+//! take, when its tokens are due. A wait that gives up has taken nothing. There is no line
+//! across processes: each process's head competes in Redis.
+//!
 //! ```no_run
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 //! use tollgate::redis::{Client, FaultPolicy, RedisBucket, RedisConnection};
@@ -20,7 +25,7 @@
 //!     .policy(FaultPolicy::fallback_share(quota, 4))
 //!     .connect()
 //!     .await?;
-//! bucket.acquire(1).await?; // waits its turn, in Redis's order
+//! bucket.acquire(1).await?; // waits its turn in this process's line, then takes from Redis
 //! # Ok(())
 //! # }
 //! ```
@@ -35,10 +40,11 @@
 //!   nothing past it, so calls queued behind a stalled server or a slow link and run later
 //!   take nothing.
 //! - *A key that is deleted, flushed, evicted or lost in a restart is a full bucket*: the fleet
-//!   may take one more burst. Waits scheduled in the old key are not granted on top: an
-//!   [`acquire`](RedisBucket::acquire) that waited checks, when it wakes, that the key is still
-//!   the one it queued in (the key records when it was created), and queues again in the new
-//!   one if not; a [`cancel`](RedisBucket::cancel) gives nothing back into a newer key.
+//!   may take one more burst. Waits in the old key are not granted on top: an
+//!   [`acquire`](RedisBucket::acquire) holds nothing in Redis while it waits, and takes from
+//!   whatever key there is when its tokens are due; a [`cancel`](RedisBucket::cancel) gives
+//!   nothing back into a key created after its reservation (the key records when it was
+//!   created).
 //! - *The server's clock.* A step back credits nothing and adds no wait: the bucket keeps the
 //!   level it had when last written. A step forward credits at most one burst (the bucket is
 //!   full at most).
