@@ -69,3 +69,48 @@ fn twice_the_rate_with_timeouts_keeps_the_rate() {
         );
     });
 }
+
+/// Waiters ahead that give up hold up nobody: 10/s, burst 1, the burst taken, then 99 callers
+/// that give up after 50 ms and one that waits. It is served when the first token accrues,
+/// about 100 ms after the burst, not behind 99 given-up turns.
+#[test]
+fn waiters_that_gave_up_ahead_hold_up_nobody() {
+    let _serial = serial();
+    let server = RedisServer::start();
+    runtime().block_on(async {
+        let redis = RedisConnection::connect(Client::open(server.url()).expect("url"))
+            .await
+            .expect("connect");
+        let quota = Quota::new(Rate::per_second(10)).burst(1);
+        let bucket = RedisBucket::builder(&redis, "gave-up-ahead", quota)
+            .connect()
+            .await
+            .expect("bucket");
+        let start = Instant::now();
+        bucket.acquire(1).await.expect("the burst");
+        let quitters: Vec<_> = (0..99)
+            .map(|_| {
+                let bucket = bucket.clone();
+                tokio::spawn(async move {
+                    timeout(Duration::from_millis(50), bucket.acquire(1))
+                        .await
+                        .is_ok()
+                })
+            })
+            .collect();
+        tokio::task::yield_now().await; // they queue first
+        bucket.acquire(1).await.expect("the one that waits");
+        let served_after = start.elapsed();
+        let mut served_quitters = 0;
+        for quitter in quitters {
+            served_quitters += u32::from(quitter.await.expect("quitter"));
+        }
+        println!("the waiter behind 99 that gave up was served after {served_after:?}");
+        assert_eq!(served_quitters, 0);
+        assert!(
+            served_after >= Duration::from_millis(95)
+                && served_after <= Duration::from_millis(200),
+            "served after {served_after:?}"
+        );
+    });
+}
