@@ -4,8 +4,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::time::{timeout, Instant};
-use tollgate::redis::{Client, RedisBucket, RedisConnection};
+use tokio::time::{timeout, timeout_at, Instant};
+use tollgate::redis::{Client, Error, FaultPolicy, RedisBucket, RedisConnection};
 use tollgate::{Quota, Rate};
 
 use crate::support::{runtime, serial, RedisServer};
@@ -108,9 +108,60 @@ fn waiters_that_gave_up_ahead_hold_up_nobody() {
         println!("the waiter behind 99 that gave up was served after {served_after:?}");
         assert_eq!(served_quitters, 0);
         assert!(
-            served_after >= Duration::from_millis(95)
-                && served_after <= Duration::from_millis(200),
+            served_after >= Duration::from_millis(95) && served_after <= Duration::from_millis(200),
             "served after {served_after:?}"
         );
+    });
+}
+
+/// The head's calls follow the fault policy: with the server killed, `FailClosed` ends each
+/// wait with `Unavailable`, and `Fallback` serves the line from the local bucket at its rate
+/// (10/s from empty: about 10 grants in a second to three callers in line).
+#[test]
+fn the_head_follows_the_fault_policy() {
+    let _serial = serial();
+    let mut server = RedisServer::start();
+    runtime().block_on(async {
+        let redis = RedisConnection::connect(Client::open(server.url()).expect("url"))
+            .await
+            .expect("connect");
+        let quota = Quota::new(Rate::per_second(50)).burst(5);
+        let closed = RedisBucket::builder(&redis, "policy-closed", quota)
+            .connect()
+            .await
+            .expect("bucket");
+        let fallback = RedisBucket::builder(&redis, "policy-fallback", quota)
+            .policy(FaultPolicy::Fallback(
+                Quota::new(Rate::per_second(10)).burst(1),
+            ))
+            .connect()
+            .await
+            .expect("bucket");
+        server.kill();
+        assert!(matches!(
+            closed.acquire(1).await,
+            Err(Error::Unavailable(_))
+        ));
+        let start = Instant::now();
+        let callers: Vec<_> = (0..3)
+            .map(|_| {
+                let fallback = fallback.clone();
+                tokio::spawn(async move {
+                    let mut grants = 0;
+                    while let Ok(Ok(_)) =
+                        timeout_at(start + Duration::from_secs(1), fallback.acquire(1)).await
+                    {
+                        grants += 1;
+                    }
+                    grants
+                })
+            })
+            .collect();
+        let mut grants = 0;
+        for caller in callers {
+            grants += caller.await.expect("caller");
+        }
+        println!("with the server killed, the fallback line granted {grants} in 1 s at 10/s");
+        assert!((8..=11).contains(&grants), "{grants}");
     });
 }
