@@ -12,6 +12,7 @@ use core::pin::pin;
 use core::task::{Poll, Waker};
 use std::collections::VecDeque;
 use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::vec::Vec;
 
 use tokio::time::{sleep_until, Instant};
 
@@ -28,6 +29,9 @@ struct State {
     next_id: u64,
     /// The level in units that Redis last reported to this bucket, and when that was seen.
     last_level: Option<(Instant, i128)>,
+    /// The bucket's last call got no answer from Redis: the fault policy decides, and waiters
+    /// need not take turns to ask (see [`Line::saw_outage`]).
+    outage: bool,
 }
 
 struct Entry {
@@ -75,6 +79,36 @@ impl Line {
         self.lock().last_level = Some((Instant::now(), level));
     }
 
+    /// Records whether the bucket's last call got an answer from Redis. While it gets none,
+    /// every waiter asks at once, as if it headed the line: each call then waits out its
+    /// timeout before the fault policy decides, and one at a time the line would be decided
+    /// once per timeout. A call given up meanwhile takes nothing if Redis runs it late (the
+    /// script's deadline). The first answer restores the turns.
+    pub(super) fn saw_outage(&self, outage: bool) {
+        let wake: Vec<Waker> = {
+            let mut state = self.lock();
+            let began = outage && !state.outage;
+            state.outage = outage;
+            if began {
+                state
+                    .entries
+                    .iter_mut()
+                    .filter_map(|e| e.waker.take())
+                    .collect()
+            } else {
+                Vec::new()
+            }
+        };
+        for waker in wake {
+            waker.wake();
+        }
+    }
+
+    /// Whether the bucket's last call got no answer from Redis.
+    pub(super) fn in_outage(&self) -> bool {
+        self.lock().outage
+    }
+
     /// The level Redis last reported, and when it was seen.
     pub(super) fn last_level(&self) -> Option<(Instant, i128)> {
         self.lock().last_level
@@ -93,8 +127,17 @@ impl Place<'_> {
             .fold(0, u64::saturating_add)
     }
 
-    /// Waits until this waiter heads the line (`true`), or until `deadline` (`false`). Woken
-    /// once, by the head that leaves before it.
+    /// Whether this waiter heads the line.
+    pub(super) fn is_head(&self) -> bool {
+        self.line
+            .lock()
+            .entries
+            .front()
+            .is_some_and(|e| e.id == self.id)
+    }
+
+    /// Waits until this waiter heads the line or Redis is out (`true`), or until `deadline`
+    /// (`false`). Woken once, by the head that leaves before it (or when an outage begins).
     pub(super) async fn until_head(&self, deadline: Option<Instant>) -> bool {
         let mut timer = pin!(deadline.map(sleep_until));
         poll_fn(|cx| {
@@ -103,7 +146,7 @@ impl Place<'_> {
                 let Some(entry) = state.entries.front_mut() else {
                     return Poll::Ready(true); // unreachable while this place lives
                 };
-                if entry.id == self.id {
+                if entry.id == self.id || state.outage {
                     return Poll::Ready(true);
                 }
                 if let Some(entry) = state.entries.iter_mut().find(|e| e.id == self.id) {

@@ -356,30 +356,38 @@ impl RedisBucket {
         let deadline = began.checked_add(timeout);
         let left = || deadline.map(|at| at.saturating_duration_since(tokio::time::Instant::now()));
         let (place, ahead) = inner.line.join(cost);
-        if ahead > 0 {
+        if ahead > 0 && !inner.line.in_outage() {
             let estimate = inner.due_in(ahead.saturating_add(cost));
             if estimate > timeout {
                 return Err(Error::by_redis(Denied::Insufficient {
                     retry_after: estimate - timeout,
                 }));
             }
+        }
+        // Whether to wait for the estimate before asking: not for a caller that found nobody
+        // in line, nor after Redis's own `retry_after`.
+        let mut estimate_first = ahead > 0;
+        loop {
             if !place.until_head(deadline).await {
                 let estimate = inner.due_in(place.ahead_units().saturating_add(cost));
                 return Err(Error::by_redis(Denied::Insufficient {
                     retry_after: estimate,
                 }));
             }
-            // At the head: ask Redis when the estimate says the tokens are there.
-            let due_in = inner.due_in(cost);
-            if !due_in.is_zero() {
-                if left().is_some_and(|left| due_in > left) {
-                    let retry_after = due_in - left().unwrap_or(Duration::ZERO);
-                    return Err(Error::by_redis(Denied::Insufficient { retry_after }));
+            if core::mem::take(&mut estimate_first) && place.is_head() && !inner.line.in_outage() {
+                // At the head: ask Redis when the estimate says the tokens are there.
+                let due_in = inner.due_in(cost);
+                if let Some(left) = left() {
+                    if due_in > left {
+                        return Err(Error::by_redis(Denied::Insufficient {
+                            retry_after: due_in - left,
+                        }));
+                    }
                 }
-                tokio::time::sleep(due_in).await;
+                if !due_in.is_zero() {
+                    tokio::time::sleep(due_in).await;
+                }
             }
-        }
-        loop {
             let error = match self.try_acquire(n).await {
                 Ok(_) => {
                     drop(place); // the next in line is the head
@@ -517,6 +525,8 @@ impl Inner {
                 after: self.timeout,
             })
         });
+        self.line
+            .saw_outage(matches!(&result, Err(fault) if !matches!(fault, Fault::Rejected(_))));
         if let Some(fallback) = fallback {
             match &result {
                 Ok(_) => fallback.healthy.store(true, Ordering::Relaxed),

@@ -165,3 +165,47 @@ fn the_head_follows_the_fault_policy() {
         assert!((8..=11).contains(&grants), "{grants}");
     });
 }
+
+/// While Redis does not answer, waiters do not take turns to wait out each call's timeout: with
+/// the server frozen and `FailOpen`, ten callers in line each get a grant per 200 ms timeout
+/// after the first (about 30 in a second), not the line one per timeout (5).
+#[test]
+fn a_stalled_server_does_not_serialize_the_line() {
+    let _serial = serial();
+    let server = RedisServer::start();
+    runtime().block_on(async {
+        let redis = RedisConnection::connect(Client::open(server.url()).expect("url"))
+            .await
+            .expect("connect");
+        let quota = Quota::new(Rate::per_second(50)).burst(5);
+        let open = RedisBucket::builder(&redis, "stalled-open", quota)
+            .policy(FaultPolicy::FailOpen)
+            .connect()
+            .await
+            .expect("bucket");
+        server.signal("STOP");
+        let start = Instant::now();
+        let callers: Vec<_> = (0..10)
+            .map(|_| {
+                let open = open.clone();
+                tokio::spawn(async move {
+                    let mut grants = 0;
+                    while let Ok(Ok(_)) =
+                        timeout_at(start + Duration::from_secs(1), open.acquire(1)).await
+                    {
+                        grants += 1;
+                    }
+                    grants
+                })
+            })
+            .collect();
+        let mut grants = 0;
+        for caller in callers {
+            grants += caller.await.expect("caller");
+        }
+        server.signal("CONT");
+        println!("with the server frozen, ten callers in line were granted {grants} open in 1 s");
+        assert!(grants >= 20, "{grants}");
+        open.try_acquire(1).await.expect("Redis answers again");
+    });
+}
