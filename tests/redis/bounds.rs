@@ -481,13 +481,13 @@ fn a_restart_costs_at_most_one_burst() {
         },
     ));
     // One burst, and the reservations outstanding at the kill (one per waiter task, four),
-    // which these waiters act on without checking the key (`acquire` checks: see below).
+    // which these waiters act on without checking the key (`acquire` holds nothing in Redis while it waits: see below).
     check_faults("restart", &grants, run, from, outage, BURST as f64 + 4.0);
 }
 
-/// Queued waiters and a restart: 20 waiters queue (two seconds of debt), the server restarts,
-/// 20 more callers come. The old waiters queue again in the new bucket: the grants stay within
-/// the bound plus the one burst a restart costs.
+/// Queued waiters and a restart: 20 waiters queue (two seconds' worth), the server restarts,
+/// 20 more callers come. The waiters hold nothing in Redis while they wait, so they take from
+/// the new bucket: the grants stay within the bound plus the one burst a restart costs.
 #[test]
 fn waiters_queued_before_a_restart_queue_again() {
     let _serial = serial();
