@@ -318,7 +318,9 @@ impl RedisBucket {
     /// them first. A caller arriving with nobody in line asks at once. Each call the head makes
     /// is decided by the fault policy if Redis cannot answer: `FailClosed` ends the wait with
     /// [`Error::Unavailable`], `FailOpen` grants, `Fallback` takes from the local bucket or
-    /// sleeps for its `retry_after` and asks Redis again. `n` above the burst fails at once
+    /// sleeps for its `retry_after` and asks Redis again. While Redis gives no answer, the
+    /// waiters ask at once rather than in turn, so that a frozen server costs each of them one
+    /// timeout, not one per waiter ahead. `n` above the burst fails at once
     /// with [`Denied::ExceedsCapacity`]; `n = 0` completes at once.
     ///
     /// **Cancel-safe, and giving up costs nothing.** Nothing is taken before the tokens are
