@@ -6,6 +6,11 @@
 //! hold a lock across a round trip, so the line only says who the head is and what Redis last
 //! reported; the head makes its calls with no lock held. Nothing here is shared with other
 //! processes: each process's head competes with theirs in Redis, first come first served.
+//!
+//! While Redis gives the bucket no answer (an outage the fault policy decides), the turns are
+//! suspended: every waiter asks at once, as the waits did before there was a line, so that a
+//! frozen server costs each one timeout rather than one per waiter ahead. The first answer
+//! restores them.
 
 use core::future::{poll_fn, Future};
 use core::pin::pin;
