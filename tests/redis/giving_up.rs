@@ -18,6 +18,19 @@ const BURST: u64 = 5;
 /// fresh caller afterwards is served within one token's time (20 ms) and a 100 ms margin.
 #[test]
 fn twice_the_rate_with_timeouts_keeps_the_rate() {
+    overload("twice", 1, &[Duration::from_millis(200)]);
+}
+
+/// Ten times the rate, 500 callers a second whose patience runs from 1 ms to 1 s: the same.
+#[test]
+fn ten_times_the_rate_with_patience_from_1_ms_to_1_s_keeps_the_rate() {
+    let patience = [1, 10, 50, 200, 1_000].map(Duration::from_millis);
+    overload("ten times", 5, &patience);
+}
+
+/// `per_tick` callers every 10 ms for 4 s, each wrapping `acquire(1)` in a `timeout` of the
+/// next of `patience`, against 50/s, burst 5; then a fresh caller.
+fn overload(name: &str, per_tick: usize, patience: &[Duration]) {
     let _serial = serial();
     let server = RedisServer::start();
     runtime().block_on(async {
@@ -32,16 +45,20 @@ fn twice_the_rate_with_timeouts_keeps_the_rate() {
         let start = Instant::now();
         let granted_at: Arc<Mutex<Vec<Duration>>> = Arc::default();
         let mut callers = Vec::new();
+        let mut patience = patience.iter().copied().cycle();
         let mut tick = tokio::time::interval(Duration::from_millis(10));
         while start.elapsed() < Duration::from_secs(4) {
             tick.tick().await;
-            let bucket = bucket.clone();
-            let granted_at = Arc::clone(&granted_at);
-            callers.push(tokio::spawn(async move {
-                if let Ok(Ok(_)) = timeout(Duration::from_millis(200), bucket.acquire(1)).await {
-                    granted_at.lock().unwrap().push(start.elapsed());
-                }
-            }));
+            for _ in 0..per_tick {
+                let bucket = bucket.clone();
+                let granted_at = Arc::clone(&granted_at);
+                let patience = patience.next().expect("cycles");
+                callers.push(tokio::spawn(async move {
+                    if let Ok(Ok(_)) = timeout(patience, bucket.acquire(1)).await {
+                        granted_at.lock().unwrap().push(start.elapsed());
+                    }
+                }));
+            }
         }
         for caller in callers {
             caller.await.expect("caller");
@@ -55,17 +72,17 @@ fn twice_the_rate_with_timeouts_keeps_the_rate() {
         let fresh = Instant::now();
         bucket.acquire(1).await.expect("a fresh caller");
         let fresh_wait = fresh.elapsed();
-        println!("grants per second {per_second:?}, then a fresh caller in {fresh_wait:?}");
+        println!("{name}: grants per second {per_second:?}, then a fresh caller in {fresh_wait:?}");
         for (second, &count) in per_second.iter().enumerate().skip(1) {
             assert!(
                 count * 100 >= RATE * 90,
-                "second {second}: {count} grants, below 90 % of {RATE}/s: {per_second:?}"
+                "{name}, second {second}: {count} grants, below 90 % of {RATE}/s: {per_second:?}"
             );
         }
         let token = Duration::from_secs(1) / RATE as u32;
         assert!(
             fresh_wait <= token + Duration::from_millis(100),
-            "a fresh caller waited {fresh_wait:?} after the load"
+            "{name}: a fresh caller waited {fresh_wait:?} after the load"
         );
     });
 }
