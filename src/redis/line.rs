@@ -190,3 +190,79 @@ impl Drop for Place<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use core::task::{Context, Waker};
+    use std::boxed::Box;
+    use std::future::Future;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::task::Wake;
+
+    use super::Line;
+
+    /// Counts its wakes.
+    #[derive(Default)]
+    struct Count(AtomicUsize);
+
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn wakes(count: &Count) -> usize {
+        count.0.load(Ordering::Relaxed)
+    }
+
+    /// Polls `place.until_head(None)` once with `waker`: whether it heads the line now.
+    fn heads(place: &super::Place<'_>, waker: &Waker) -> bool {
+        let mut future = Box::pin(place.until_head(None));
+        future
+            .as_mut()
+            .poll(&mut Context::from_waker(waker))
+            .is_ready()
+    }
+
+    /// First come first served; a waiter that leaves from the middle wakes nobody, the head
+    /// that leaves wakes the next one once; what is ahead counts live waiters only.
+    #[test]
+    fn the_head_that_leaves_wakes_the_next_once() {
+        let line = Line::default();
+        let (a, ahead_a) = line.join(1);
+        let (b, ahead_b) = line.join(2);
+        let (c, ahead_c) = line.join(4);
+        assert_eq!((ahead_a, ahead_b, ahead_c), (0, 1, 3));
+        let (wake_b, wake_c) = (Arc::new(Count::default()), Arc::new(Count::default()));
+        let (waker_b, waker_c) = (Waker::from(wake_b.clone()), Waker::from(wake_c.clone()));
+        assert!(heads(&a, &Waker::noop().clone()));
+        assert!(!heads(&b, &waker_b));
+        assert!(!heads(&c, &waker_c));
+        drop(b); // gives up from the middle
+        assert_eq!((wakes(&wake_b), wakes(&wake_c)), (0, 0));
+        assert_eq!(c.ahead_units(), 1);
+        drop(a); // served
+        assert_eq!(wakes(&wake_c), 1);
+        assert!(heads(&c, &waker_c));
+        assert_eq!(c.ahead_units(), 0);
+    }
+
+    /// An outage wakes every waiter, and each may ask at once; an answer restores the turns.
+    #[test]
+    fn an_outage_suspends_the_turns() {
+        let line = Line::default();
+        let (_a, _) = line.join(1);
+        let (b, _) = line.join(1);
+        let wake_b = Arc::new(Count::default());
+        let waker_b = Waker::from(wake_b.clone());
+        assert!(!heads(&b, &waker_b));
+        line.saw_outage(true);
+        assert_eq!(wakes(&wake_b), 1);
+        assert!(heads(&b, &waker_b));
+        line.saw_outage(true); // still out: no second wake
+        assert_eq!(wakes(&wake_b), 1);
+        line.saw_outage(false);
+        assert!(!heads(&b, &waker_b));
+    }
+}
