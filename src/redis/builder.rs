@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use super::connection::{setup_error, Shared};
 use super::layout::Layout;
+use super::line::Line;
 use super::{Fallback, Fault, FaultPolicy, Inner, Op, Policy, RedisBucket, SetupError};
 use crate::Quota;
 
@@ -80,6 +81,7 @@ impl Builder {
                 policy,
                 timeout: self.timeout,
                 start_pending: AtomicBool::new(true),
+                line: Line::default(),
                 #[cfg(test)]
                 fixed_now_us: AtomicU64::new(u64::MAX),
                 #[cfg(test)]

@@ -8,6 +8,11 @@
 //! the bucket would be full again, so idle buckets cost no memory. Every bucket of a process
 //! talks to a server over one shared [`RedisConnection`].
 //!
+//! Waits ([`acquire`](RedisBucket::acquire)) reserve nothing in Redis: a bucket's callers wait
+//! in a line in this process (`line`), as the local waits do, and only its head asks Redis to
+//! take, when its tokens are due. A wait that gives up has taken nothing. There is no line
+//! across processes: each process's head competes in Redis.
+//!
 //! ```no_run
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 //! use tollgate::redis::{Client, FaultPolicy, RedisBucket, RedisConnection};
@@ -20,7 +25,7 @@
 //!     .policy(FaultPolicy::fallback_share(quota, 4))
 //!     .connect()
 //!     .await?;
-//! bucket.acquire(1).await?; // waits its turn, in Redis's order
+//! bucket.acquire(1).await?; // waits its turn in this process's line, then takes from Redis
 //! # Ok(())
 //! # }
 //! ```
@@ -35,10 +40,11 @@
 //!   nothing past it, so calls queued behind a stalled server or a slow link and run later
 //!   take nothing.
 //! - *A key that is deleted, flushed, evicted or lost in a restart is a full bucket*: the fleet
-//!   may take one more burst. Waits scheduled in the old key are not granted on top: an
-//!   [`acquire`](RedisBucket::acquire) that waited checks, when it wakes, that the key is still
-//!   the one it queued in (the key records when it was created), and queues again in the new
-//!   one if not; a [`cancel`](RedisBucket::cancel) gives nothing back into a newer key.
+//!   may take one more burst. Waits in the old key are not granted on top: an
+//!   [`acquire`](RedisBucket::acquire) holds nothing in Redis while it waits, and takes from
+//!   whatever key there is when its tokens are due; a [`cancel`](RedisBucket::cancel) gives
+//!   nothing back into a key created after its reservation (the key records when it was
+//!   created).
 //! - *The server's clock.* A step back credits nothing and adds no wait: the bucket keeps the
 //!   level it had when last written. A step forward credits at most one burst (the bucket is
 //!   full at most).
@@ -54,6 +60,7 @@ mod builder;
 mod connection;
 mod error;
 mod layout;
+mod line;
 #[cfg(test)]
 mod tests;
 
@@ -72,6 +79,7 @@ pub use ::redis::Client;
 
 use self::connection::Shared;
 use self::layout::Layout;
+use self::line::Line;
 use crate::{Denied, Quota, StdClock, TokenBucket};
 
 /// A token bucket shared by every process that uses the same key on the same Redis.
@@ -93,6 +101,8 @@ struct Inner {
     timeout: Duration,
     /// The start fill is passed until a call has reached Redis: it applies to an absent key.
     start_pending: AtomicBool,
+    /// This process's waiters in `acquire`, shared by the clones.
+    line: Line,
     /// The crate's agreement tests pin the script's clock here; `u64::MAX` reads `TIME`.
     #[cfg(test)]
     fixed_now_us: AtomicU64,
@@ -135,9 +145,6 @@ enum Op {
         epoch: i64,
     },
     Peek,
-    Confirm {
-        epoch: i64,
-    },
 }
 
 /// What the script answered.
@@ -184,7 +191,11 @@ impl RedisBucket {
         } else {
             Op::Take { cost, max_debt: 0 }
         };
-        match inner.call(op).await {
+        let result = inner.call(op).await;
+        if let Ok(reply) = &result {
+            inner.line.saw_level(reply.level);
+        }
+        match result {
             Ok(reply) if reply.granted => Ok(Grant {
                 source: Source::Redis,
                 level: Some(inner.level(reply.level)),
@@ -229,24 +240,10 @@ impl RedisBucket {
     /// evicted, a restart), a caller that acts on it without asking Redis again takes tokens
     /// the new key does not count. [`acquire`](Self::acquire) asks.
     pub async fn reserve(&self, n: u32, max_wait: Duration) -> Result<RedisReservation, Error> {
-        self.reserve_within(n, max_wait)
-            .await
-            .map_err(|(error, _beyond_debt)| error)
-    }
-
-    /// `reserve`, and on a denial whether the debt bound (not `max_wait`) denied it.
-    async fn reserve_within(
-        &self,
-        n: u32,
-        max_wait: Duration,
-    ) -> Result<RedisReservation, (Error, bool)> {
         let inner = &*self.inner;
         let l = &inner.layout;
         if n as u64 > l.burst {
-            return Err((
-                Error::by_redis(Denied::ExceedsCapacity { burst: l.burst }),
-                false,
-            ));
+            return Err(Error::by_redis(Denied::ExceedsCapacity { burst: l.burst }));
         }
         if n == 0 {
             return Ok(RedisReservation {
@@ -270,19 +267,17 @@ impl RedisBucket {
                 // The local bucket's retry_after, from the same exact debt.
                 let short = short(cost, reply.level);
                 let wait = l.duration(short);
-                let beyond_debt = short > l.max_debt_units;
-                let retry_after = if beyond_debt {
+                let retry_after = if short > l.max_debt_units {
                     l.duration(short - l.max_debt_units)
                         .max(wait.saturating_sub(max_wait))
                 } else {
                     wait.saturating_sub(max_wait)
                 };
-                let denied = Denied::Insufficient { retry_after };
-                Err((Error::by_redis(denied), beyond_debt && wait <= max_wait))
+                Err(Error::by_redis(Denied::Insufficient { retry_after }))
             }
-            Err(Fault::Rejected(error)) => Err((Error::Rejected(error), false)),
+            Err(Fault::Rejected(error)) => Err(Error::Rejected(error)),
             Err(fault) => match &inner.policy {
-                Policy::FailClosed => Err((Error::Unavailable(fault), false)),
+                Policy::FailClosed => Err(Error::Unavailable(fault)),
                 Policy::FailOpen => Ok(RedisReservation {
                     tokens: n,
                     wait: Duration::ZERO,
@@ -290,9 +285,7 @@ impl RedisBucket {
                 }),
                 Policy::Fallback(fallback) => {
                     let local = fallback.local();
-                    let reservation = local
-                        .reserve(n, max_wait)
-                        .map_err(|denied| (Error::by_fallback(denied), false))?;
+                    let reservation = local.reserve(n, max_wait).map_err(Error::by_fallback)?;
                     fallback.owe(cost);
                     Ok(RedisReservation {
                         tokens: n,
@@ -316,74 +309,113 @@ impl RedisBucket {
         self.inner.cancel(reservation).await
     }
 
-    /// Takes `n` tokens, waiting for them as long as it takes: a reservation in Redis, then a
-    /// local sleep. Returns the time waited.
+    /// Takes `n` tokens, waiting for them as long as it takes; returns the time waited.
     ///
-    /// A reservation beyond the debt bound waits until it fits. After a wait, one more round
-    /// trip checks that the key is still the one the reservation was made in; if it was
-    /// deleted or lost meanwhile, the call queues again in the new bucket.
+    /// The callers of a bucket (and its clones) wait in one line in this process, in the
+    /// order they called, and only the head asks Redis, with a call like
+    /// [`try_acquire`](Self::try_acquire): when its estimate from Redis's last answer says its
+    /// tokens are due, and again after the `retry_after` Redis answers if another process took
+    /// them first. A caller arriving with nobody in line asks at once. Each call the head makes
+    /// is decided by the fault policy if Redis cannot answer: `FailClosed` ends the wait with
+    /// [`Error::Unavailable`], `FailOpen` grants, `Fallback` takes from the local bucket or
+    /// sleeps for its `retry_after` and asks Redis again. While Redis gives no answer, the
+    /// waiters ask at once rather than in turn, so that a frozen server costs each of them one
+    /// timeout, not one per waiter ahead. `n` above the burst fails at once
+    /// with [`Denied::ExceedsCapacity`]; `n = 0` completes at once.
     ///
-    /// Cancel-safe: a future dropped while it sleeps gives its reservation back (from a task
-    /// spawned on the current runtime). A future dropped during the round trip takes nothing
-    /// if Redis runs the call after half its timeout; otherwise its tokens may be taken and
-    /// are then lost, never granted twice.
+    /// **Cancel-safe, and giving up costs nothing.** Nothing is taken before the tokens are
+    /// due, so a future dropped while it waits (`tokio::time::timeout`, `select!`, an aborted
+    /// task) leaves the bucket as if it had never queued, and the next in line moves up.
+    /// A future dropped during the head's round trip takes nothing if Redis runs the call after
+    /// half its timeout; otherwise its tokens may be taken and are then lost, never granted
+    /// twice.
+    ///
+    /// The line is per process and per bucket value: processes sharing a key (and separate
+    /// `RedisBucket`s built for one key in one process) do not share a line, and their heads
+    /// are served in the order Redis receives their calls. Tokens go to whoever asks first
+    /// once they have accrued, so across processes there is no FIFO and a long wait has no
+    /// priority; use [`reserve`](Self::reserve) for a place in Redis's own order.
     pub async fn acquire(&self, n: u32) -> Result<Duration, Error> {
         self.acquire_timeout(n, Duration::MAX).await
     }
 
-    /// Like [`acquire`](Self::acquire), but fails at once, taking nothing, if the wait would
-    /// exceed `timeout`: [`Denied::Insufficient`] says when the same call would succeed.
+    /// Like [`acquire`](Self::acquire), but gives up, having taken nothing, if the tokens are
+    /// not taken within `timeout`: [`Denied::Insufficient`] says how much longer it would have
+    /// waited, by this process's estimate. It fails at once when the estimate (the tokens of
+    /// everyone in line ahead, then its own, from Redis's last answer) or, at the head, Redis's
+    /// answer already exceeds `timeout`.
     pub async fn acquire_timeout(&self, n: u32, timeout: Duration) -> Result<Duration, Error> {
         let began = tokio::time::Instant::now();
+        let inner = &*self.inner;
+        let l = &inner.layout;
+        if n as u64 > l.burst {
+            return Err(Error::by_redis(Denied::ExceedsCapacity { burst: l.burst }));
+        }
+        if n == 0 {
+            return Ok(Duration::ZERO);
+        }
+        let cost = l.cost(n);
+        let deadline = began.checked_add(timeout);
+        let left = || deadline.map(|at| at.saturating_duration_since(tokio::time::Instant::now()));
+        let (place, ahead) = inner.line.join(cost);
+        if ahead > 0 && !inner.line.in_outage() {
+            let estimate = inner.due_in(ahead.saturating_add(cost));
+            if estimate > timeout {
+                return Err(Error::by_redis(Denied::Insufficient {
+                    retry_after: estimate - timeout,
+                }));
+            }
+        }
+        // Whether to wait for the estimate before asking: not for a caller that found nobody
+        // in line, nor after Redis's own `retry_after`.
+        let mut estimate_first = ahead > 0;
         loop {
-            let left = timeout.saturating_sub(began.elapsed());
-            let reservation = match self.reserve_within(n, left).await {
-                Ok(reservation) => reservation,
-                Err((error, true)) => {
-                    // Beyond the debt bound, within the timeout: wait until it fits.
-                    let retry_after = error.retry_after().unwrap_or(Duration::ZERO);
-                    tokio::time::sleep(retry_after.max(Duration::from_millis(1))).await;
-                    continue;
-                }
-                Err((error, false)) => return Err(error),
-            };
-            let wait = reservation.wait;
-            let epoch = match reservation.held {
-                Held::Redis { epoch, .. } if !wait.is_zero() => Some(epoch),
-                _ => None,
-            };
-            let mut pending = CancelOnDrop {
-                inner: Arc::clone(&self.inner),
-                reservation: Some(reservation),
-            };
-            if !wait.is_zero() {
-                // (A zero sleep would still wait for the timer's next millisecond.)
-                tokio::time::sleep(wait).await;
+            if !place.until_head(deadline).await {
+                let estimate = inner.due_in(place.ahead_units().saturating_add(cost));
+                return Err(Error::by_redis(Denied::Insufficient {
+                    retry_after: estimate,
+                }));
             }
-            if let Some(epoch) = epoch {
-                match self.inner.call(Op::Confirm { epoch }).await {
-                    Ok(reply) if reply.granted => {}
-                    Ok(_) => {
-                        // The key was lost with the reservation: queue in the new one.
-                        pending.reservation = None;
-                        continue;
+            if core::mem::take(&mut estimate_first) && place.is_head() && !inner.line.in_outage() {
+                // At the head: ask Redis when the estimate says the tokens are there.
+                let due_in = inner.due_in(cost);
+                if let Some(left) = left() {
+                    if due_in > left {
+                        return Err(Error::by_redis(Denied::Insufficient {
+                            retry_after: due_in - left,
+                        }));
                     }
-                    Err(Fault::Rejected(error)) => return Err(Error::Rejected(error)),
-                    Err(fault) => match &self.inner.policy {
-                        Policy::FailClosed => return Err(Error::Unavailable(fault)),
-                        Policy::FailOpen => {}
-                        Policy::Fallback(fallback) => {
-                            fallback
-                                .local()
-                                .try_acquire(n)
-                                .map_err(Error::by_fallback)?;
-                            fallback.owe(self.inner.layout.cost(n));
-                        }
-                    },
+                }
+                if !due_in.is_zero() {
+                    tokio::time::sleep(due_in).await;
                 }
             }
-            pending.reservation = None; // acted on: the tokens are spent
-            return Ok(began.elapsed());
+            let error = match self.try_acquire(n).await {
+                Ok(_) => {
+                    drop(place); // the next in line is the head
+                    return Ok(began.elapsed());
+                }
+                Err(error) => error,
+            };
+            let (retry_after, source) = match error {
+                Error::Denied {
+                    denied: Denied::Insufficient { retry_after },
+                    source,
+                } => (retry_after, source),
+                error => return Err(error),
+            };
+            if let Some(left) = left() {
+                if retry_after > left {
+                    return Err(Error::Denied {
+                        denied: Denied::Insufficient {
+                            retry_after: retry_after - left,
+                        },
+                        source,
+                    });
+                }
+            }
+            // (A zero sleep would still wait for the timer's next millisecond.)
+            tokio::time::sleep(retry_after.max(Duration::from_micros(1))).await;
         }
     }
 
@@ -495,6 +527,8 @@ impl Inner {
                 after: self.timeout,
             })
         });
+        self.line
+            .saw_outage(matches!(&result, Err(fault) if !matches!(fault, Fault::Rejected(_))));
         if let Some(fallback) = fallback {
             match &result {
                 Ok(_) => fallback.healthy.store(true, Ordering::Relaxed),
@@ -537,7 +571,6 @@ impl Inner {
             Op::Take { .. } => "take",
             Op::Cancel { .. } => "cancel",
             Op::Peek => "peek",
-            Op::Confirm { .. } => "confirm",
         };
         let pair = |units: u128| {
             let (us, frac) = l.pair(units);
@@ -580,9 +613,6 @@ impl Inner {
                     .arg(due.0)
                     .arg(due.1)
                     .arg(epoch);
-            }
-            Op::Confirm { epoch } => {
-                invocation.arg(epoch);
             }
             Op::Peek => {}
         }
@@ -636,6 +666,16 @@ impl Inner {
         }
     }
 
+    /// How long until the bucket holds `units`, by the level Redis last reported to this
+    /// bucket and the rate since; zero if it has reported nothing yet.
+    fn due_in(&self, units: u64) -> Duration {
+        let Some((seen, level)) = self.line.last_level() else {
+            return Duration::ZERO;
+        };
+        let short = (units as i128 - level).max(0) as u128;
+        self.layout.duration(short).saturating_sub(seen.elapsed())
+    }
+
     fn level(&self, level: i128) -> Level {
         Level {
             remaining: self.layout.tokens(level),
@@ -647,34 +687,6 @@ impl Inner {
 /// Units short of `cost` at `level`: positive whenever the script denied.
 fn short(cost: u64, level: i128) -> u128 {
     (cost as i128 - level).max(0) as u128
-}
-
-/// Gives back the reservation of an `acquire` future dropped before it was due.
-struct CancelOnDrop {
-    inner: Arc<Inner>,
-    reservation: Option<RedisReservation>,
-}
-
-impl Drop for CancelOnDrop {
-    fn drop(&mut self) {
-        let Some(reservation) = self.reservation.take() else {
-            return;
-        };
-        match reservation.held {
-            Held::Fallback(local, reservation) => local.cancel(reservation),
-            Held::Redis { .. } => {
-                // Dropping cannot wait for Redis: a task gives the tokens back. Without a
-                // runtime they stay taken, which grants nothing twice.
-                if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                    let inner = Arc::clone(&self.inner);
-                    runtime.spawn(async move {
-                        let _kept_if_unreachable = inner.cancel(reservation).await;
-                    });
-                }
-            }
-            Held::Open | Held::Nothing => {}
-        }
-    }
 }
 
 // Reservations are `Send` across tasks with the local bucket they came from.

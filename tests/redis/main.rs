@@ -6,6 +6,7 @@
 
 mod bounds;
 mod faults;
+mod giving_up;
 mod nginx;
 mod sharing;
 mod support;
