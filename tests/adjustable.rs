@@ -110,23 +110,33 @@ fn grants_stay_within_each_segments_burst_and_rate_while_threads_acquire() {
     let clock = ManualClock::new();
     let bucket = AdjustableBucket::try_new(quotas[0].0, &clock).unwrap();
     let granted = AtomicU64::new(0);
+    let attempts = AtomicU64::new(0);
     let done = AtomicBool::new(false);
     let bound = thread::scope(|s| {
         for n in [1, 2, 3] {
-            let (bucket, granted, done) = (&bucket, &granted, &done);
+            let (bucket, granted, attempts, done) = (&bucket, &granted, &attempts, &done);
             s.spawn(move || {
-                // Relaxed: a stop flag; the counts are read after join.
+                // Relaxed: a stop flag and counters; the counts are read after join.
                 while !done.load(Ordering::Relaxed) {
                     if bucket.try_acquire(n).is_ok() {
                         granted.fetch_add(u64::from(n), Ordering::Relaxed);
                     }
+                    attempts.fetch_add(1, Ordering::Relaxed);
                 }
             });
         }
         let (mut bound, mut accrued, mut segment, mut start_ms) = (0u64, 0u64, 0usize, 0u64);
         for ms in 1..=600u64 {
             clock.advance(Duration::from_millis(1));
-            thread::yield_now();
+            // Let the workers try a few times at each instant, however busy the machine is
+            // (for at most 50 ms of real time an instant).
+            let seen = attempts.load(Ordering::Relaxed);
+            let waited = std::time::Instant::now();
+            while attempts.load(Ordering::Relaxed) < seen + 12
+                && waited.elapsed() < Duration::from_millis(50)
+            {
+                thread::yield_now();
+            }
             if ms % 20 == 0 {
                 let (_, rate, burst) = quotas[segment];
                 bound += burst + rate * (ms - start_ms) / 1_000;
