@@ -5,6 +5,7 @@
 //! processes start this binary again as their workers, with `TOLLGATE_WORKER` set.
 
 mod bounds;
+mod clock;
 mod faults;
 mod giving_up;
 mod nginx;

@@ -57,6 +57,8 @@ pub struct RedisServer {
     pub port: u16,
     dir: PathBuf,
     password: Option<String>,
+    /// The file the server reads its clock's offset from, when it runs under libfaketime.
+    clock: Option<PathBuf>,
 }
 
 impl RedisServer {
@@ -70,9 +72,46 @@ impl RedisServer {
             port,
             dir: scratch_dir("redis", port),
             password: None,
+            clock: None,
         };
         server.restart();
         server
+    }
+
+    /// A server whose clock ([`set_clock`](Self::set_clock)) can be stepped while it runs:
+    /// `redis-server` under libfaketime, which fakes its wall clock (`TIME`, key expiry) and
+    /// leaves its monotonic clock (its timers) alone.
+    pub fn start_with_movable_clock() -> Self {
+        let port = free_port();
+        let dir = scratch_dir("redis", port);
+        let clock = dir.join("clock");
+        let mut server = Self {
+            child: None,
+            port,
+            dir,
+            password: None,
+            clock: Some(clock),
+        };
+        server.set_clock(0);
+        server.restart();
+        server
+    }
+
+    /// Steps the server's wall clock to `offset_s` seconds from the real time, at once. The
+    /// offset is written whole, by a rename, so that the server never reads half of it.
+    pub fn set_clock(&self, offset_s: i64) {
+        let clock = self.clock.as_ref().expect("a server with a movable clock");
+        let next = clock.with_extension("next");
+        std::fs::write(&next, format!("{offset_s:+}\n")).expect("clock offset");
+        std::fs::rename(&next, clock).expect("clock offset");
+    }
+
+    /// The server's wall clock (Redis `TIME`), in microseconds since the Unix epoch.
+    pub fn time_us(&self) -> u64 {
+        let time = self.cli(None, &["TIME"]);
+        let mut fields = time.lines().map(|n| n.trim().parse::<u64>().expect("TIME"));
+        let (s, us) = (fields.next().expect("TIME"), fields.next().expect("TIME"));
+        s * 1_000_000 + us
     }
 
     /// A server that requires `password`.
@@ -83,6 +122,7 @@ impl RedisServer {
             port,
             dir: scratch_dir("redis", port),
             password: Some(password.to_string()),
+            clock: None,
         };
         server.restart();
         server
@@ -118,6 +158,14 @@ impl RedisServer {
         let mut command = Command::new("redis-server");
         if let Some(password) = &self.password {
             command.args(["--requirepass", password]);
+        }
+        if let Some(clock) = &self.clock {
+            command
+                .env("LD_PRELOAD", faketime_preload())
+                .env("FAKETIME_TIMESTAMP_FILE", clock)
+                // Read the file at every call, so that a step takes effect at once.
+                .env("FAKETIME_NO_CACHE", "1")
+                .env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
         }
         let child = command
             .args(["--port", &self.port.to_string()])
@@ -188,6 +236,39 @@ impl Drop for RedisServer {
         self.kill();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// `LD_PRELOAD` for a `redis-server` under libfaketime (`apt-get install faketime`).
+///
+/// libfaketime alone hangs Debian's `redis-server` before `main`: the server links jemalloc,
+/// whose first use (by a library's constructor) reads `clock_gettime`; libfaketime, not yet
+/// set up, sets itself up there, and a failed `dlsym` in it allocates, which waits for
+/// jemalloc's set-up lock, held by the same thread. glibc's `libc_malloc_debug.so.0`, preloaded
+/// first, serves `malloc`, `free` and the rest from glibc's allocator to everyone, so jemalloc
+/// is set up only later (by the server's `mallctl` calls), when libfaketime is ready.
+fn faketime_preload() -> String {
+    let triplet = format!("{}-linux-gnu", std::env::consts::ARCH);
+    let find = |name: &str, dirs: &[String]| {
+        dirs.iter()
+            .map(|dir| std::path::Path::new(dir).join(name))
+            .find(|path| path.exists())
+            .map(|path| path.display().to_string())
+    };
+    let faketime = find(
+        "libfaketime.so.1",
+        &[
+            format!("/usr/lib/{triplet}/faketime"),
+            "/usr/local/lib/faketime".to_string(),
+            "/usr/lib/faketime".to_string(),
+        ],
+    )
+    .expect("libfaketime is installed (apt-get install faketime)");
+    let malloc = find(
+        "libc_malloc_debug.so.0",
+        &[format!("/lib/{triplet}"), format!("/usr/lib/{triplet}")],
+    )
+    .expect("glibc's libc_malloc_debug.so.0 (glibc 2.34 or later)");
+    format!("{malloc}:{faketime}")
 }
 
 fn ping(port: u16) -> bool {
