@@ -3,6 +3,10 @@
 use core::fmt;
 use core::time::Duration;
 
+mod window;
+
+use window::Window;
+
 const NANOS_PER_SECOND: u64 = 1_000_000_000;
 
 /// A rate of tokens per period, kept as an exact fraction.
@@ -123,7 +127,7 @@ impl Rate {
         }
     }
 
-    const OUT_OF_RANGE: Self = Self {
+    pub(crate) const OUT_OF_RANGE: Self = Self {
         tokens: 0,
         per_ns: 0,
         out_of_range: true,
@@ -240,6 +244,8 @@ pub struct Quota {
     rate: Rate,
     burst: Option<u64>,
     start: Start,
+    /// Set by [`Quota::within`]: the cap the rate and burst are split from.
+    window: Option<Window>,
 }
 
 impl Quota {
@@ -249,15 +255,20 @@ impl Quota {
             rate,
             burst: None,
             start: Start::Full,
+            window: None,
         }
     }
 
     /// The most tokens the bucket holds: the largest spike it lets through after an idle spell.
+    ///
+    /// On a window quota ([`Quota::within`]) the burst is taken out of the cap: the rate drops
+    /// so that `burst + rate × window` stays the cap.
     pub const fn burst(self, burst: u64) -> Self {
         Self {
             burst: Some(burst),
             ..self
         }
+        .resplit()
     }
 
     /// Start full (the default): the first burst after start-up passes at once.
