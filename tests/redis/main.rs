@@ -10,3 +10,4 @@ mod giving_up;
 mod nginx;
 mod sharing;
 mod support;
+mod window;
