@@ -28,7 +28,10 @@ impl Quota {
     /// with 100 per minute, burst 1 sustains 99 per minute, burst 50 only 50. A caller that
     /// wants spikes says how big with [`burst`](Self::burst) or
     /// [`within_with_burst`](Self::within_with_burst); the rate gives way so that
-    /// `burst + rate × window` stays `cap`.
+    /// `burst + rate × window` stays `cap`. A burst of 1 also means that a caller who comes late
+    /// for a token loses the lateness, since the full bucket could hold no more: polling every
+    /// millisecond at 299 a minute, 299 tokens took 60.1 s instead of 60. A burst of 2 absorbs
+    /// lateness up to a token interval, for one token less of rate per window.
     ///
     /// **The token of headroom.** Grants are whole, so a window sees at most `cap` grants even
     /// if it is up to one token interval (`1 / rate`) longer than `window`. That interval pays
@@ -59,6 +62,43 @@ impl Quota {
     /// // 7 per 13 s, with a burst of 3: 3 at once, then 4 per 13 s.
     /// let odd = Quota::within_with_burst(7, Duration::from_secs(13), 3);
     /// assert_eq!(odd.rate(), Rate::new(4, Duration::from_secs(13)));
+    /// ```
+    ///
+    /// **Several windows of one upstream** (per second, per minute, per day), each a window
+    /// quota, taken all-or-none with [`Limits`](crate::Limits): every window keeps its cap.
+    ///
+    /// ```
+    /// use core::time::Duration;
+    /// use tollgate::{Limits, ManualClock, Quota, TokenBucket};
+    ///
+    /// let clock = ManualClock::new();
+    /// let second = TokenBucket::try_new(Quota::within(10, Duration::from_secs(1)).burst(5), &clock)?;
+    /// let minute = TokenBucket::try_new(Quota::within(300, Duration::from_secs(60)), &clock)?;
+    /// let day = TokenBucket::try_new(Quota::within(1_000_000, Duration::from_secs(86_400)), &clock)?;
+    /// let limits = Limits::new([&second, &minute, &day]);
+    ///
+    /// // At once: the bursts of 1 of the minute and the day bind; a denial takes from none.
+    /// assert!(limits.try_acquire([1, 1, 1]).is_ok());
+    /// assert!(limits.try_acquire([1, 1, 1]).is_err());
+    /// assert_eq!(second.available(), 4);
+    ///
+    /// // Flat out for a minute, asking again exactly when told: 1 + 299 = 300, the minute's cap.
+    /// let (mut granted, mut elapsed) = (1, Duration::ZERO);
+    /// loop {
+    ///     match limits.try_acquire([1, 1, 1]) {
+    ///         Ok(()) => granted += 1,
+    ///         Err(denied) => {
+    ///             let wait = denied.retry_after().unwrap();
+    ///             if elapsed + wait > Duration::from_secs(60) {
+    ///                 break;
+    ///             }
+    ///             clock.advance(wait);
+    ///             elapsed += wait;
+    ///         }
+    ///     }
+    /// }
+    /// assert_eq!(granted, 300);
+    /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
     ///
     /// Like every `Quota` constructor this is `const` and never panics: a zero `cap` (or one no
