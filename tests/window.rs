@@ -480,3 +480,75 @@ async fn tokio_waits_never_exceed_the_cap() {
         }
     }
 }
+
+/// A later burst or margin splits the cap again, exactly: the cap is kept, not the rate.
+#[test]
+fn bursts_and_margins_split_the_cap_again() {
+    let minute = Duration::from_secs(60);
+    let rows = [
+        (
+            Quota::within(100, minute).burst(40),
+            40,
+            Rate::per_minute(60),
+            100,
+        ),
+        (
+            Quota::within(100, minute).burst(40).burst(1),
+            1,
+            Rate::per_minute(99),
+            100,
+        ),
+        // A burst that took the whole cap, then a smaller one: the cap was kept.
+        (
+            Quota::within(10, minute).burst(10).burst(4),
+            4,
+            Rate::per_minute(6),
+            10,
+        ),
+        (
+            Quota::within(600, minute)
+                .burst(3)
+                .minus_percent(5)
+                .minus_percent(10),
+            3,
+            Rate::per_minute(510),
+            513,
+        ),
+        // A fractional cap: 100 among 60 jobs is 5/3 each, burst 1, 2/3 a minute.
+        (
+            Quota::within(100, minute).divided_by(60),
+            1,
+            Rate::new(2, Duration::from_secs(180)),
+            1,
+        ),
+        (
+            Quota::within(7, Duration::from_secs(13))
+                .divided_by(2)
+                .burst(2),
+            2,
+            Rate::new(3, Duration::from_secs(26)),
+            3,
+        ),
+    ];
+    for (quota, burst, rate, cap) in rows {
+        assert_eq!(
+            (quota.burst_size(), quota.rate(), quota.window_cap()),
+            (burst, rate, Some(cap)),
+            "{quota}"
+        );
+    }
+    assert_eq!(
+        Quota::within(100, minute).burst(40).burst(1),
+        Quota::within(100, minute)
+    );
+    // A plain quota's margins apply to its rate and keep its burst.
+    let plain = Quota::new(Rate::per_minute(600))
+        .burst(7)
+        .minus_percent(5)
+        .divided_by(3);
+    assert_eq!(
+        (plain.rate(), plain.burst_size()),
+        (Rate::per_minute(190), 7)
+    );
+    assert_eq!((plain.window(), plain.window_cap()), (None, None));
+}

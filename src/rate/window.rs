@@ -6,13 +6,20 @@ use core::time::Duration;
 use super::{Quota, Rate};
 use crate::ConfigError;
 
-/// The cap a window quota is split from, kept as a rate (cap tokens per window) so that margins
-/// and division stay exact, with the window it applies to.
+/// Whether a quota is a window quota, and if so whether its cap splits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
-pub(super) struct Window {
-    cap: Rate,
-    window_ns: u64,
+pub(super) enum WindowState {
+    /// Not a window quota.
+    None,
+    /// Split: the rate is `(cap − burst) / window` (or out of range, if the cap is).
+    Split,
+    /// The burst is not below the cap: the rate field holds the cap per window, unsplit.
+    BurstNotBelowCap,
+    /// The window is zero.
+    Zero,
+    /// The window exceeds `u64::MAX` nanoseconds.
+    OutOfRange,
 }
 
 impl Quota {
@@ -30,7 +37,7 @@ impl Quota {
     /// [`within_with_burst`](Self::within_with_burst); the rate gives way so that
     /// `burst + rate × window` stays `cap`. A burst of 1 also means that a caller who comes late
     /// for a token loses the lateness, since the full bucket could hold no more: polling every
-    /// millisecond at 299 a minute, 299 tokens took 60.1 s instead of 60. A burst of 2 absorbs
+    /// millisecond at 299 a minute, the 299 tokens after the first took 60.1 s. A burst of 2 absorbs
     /// lateness up to a token interval, for one token less of rate per window.
     ///
     /// **The token of headroom.** Grants are whole, so a window sees at most `cap` grants even
@@ -116,43 +123,38 @@ impl Quota {
     /// [`within`](Self::within); `burst` must be below `cap`.
     pub const fn within_with_burst(cap: u64, window: Duration, burst: u64) -> Self {
         let window_ns = window.as_nanos();
-        let window = if window_ns > u64::MAX as u128 {
-            // Out of range: a zero cap per zero nanoseconds is flagged when a bucket is built.
-            Window {
-                cap: Rate::OUT_OF_RANGE,
-                window_ns: u64::MAX,
-            }
-        } else {
-            Window {
-                cap: Rate::reduced(cap as u128, window_ns),
-                window_ns: window_ns as u64,
-            }
+        let unsplit = Self {
+            window: WindowState::Split,
+            ..Self::new(Rate::OUT_OF_RANGE).burst(burst)
         };
-        Self {
-            rate: Rate::OUT_OF_RANGE,
-            burst: Some(burst),
-            start: super::Start::Full,
-            window: Some(window),
+        if window_ns > u64::MAX as u128 {
+            return Self {
+                window: WindowState::OutOfRange,
+                ..unsplit
+            };
         }
-        .resplit()
+        if window_ns == 0 {
+            return Self {
+                window: WindowState::Zero,
+                ..unsplit
+            };
+        }
+        Self {
+            window_ns: window_ns as u64,
+            ..unsplit
+        }
+        .split(Rate::reduced(cap as u128, window_ns))
     }
 
     /// This quota less `percent` per cent: of the cap on a window quota (the burst stays, the
     /// rate gives way), of the rate otherwise. More than 100 is reported when a bucket is built.
     pub const fn minus_percent(self, percent: u32) -> Self {
         match self.window {
-            Some(w) => Self {
-                window: Some(Window {
-                    cap: w.cap.minus_percent(percent),
-                    ..w
-                }),
-                ..self
-            }
-            .resplit(),
-            None => Self {
+            WindowState::None => Self {
                 rate: self.rate.minus_percent(percent),
                 ..self
             },
+            _ => self.split(self.cap_rate().minus_percent(percent)),
         }
     }
 
@@ -162,36 +164,33 @@ impl Quota {
     /// is built.
     pub const fn divided_by(self, parts: u64) -> Self {
         match self.window {
-            Some(w) => Self {
-                window: Some(Window {
-                    cap: w.cap.divided_by(parts),
-                    ..w
-                }),
-                ..self
-            }
-            .resplit(),
-            None => Self {
+            WindowState::None => Self {
                 rate: self.rate.divided_by(parts),
                 ..self
             },
+            _ => self.split(self.cap_rate().divided_by(parts)),
         }
     }
 
     /// The window of a quota made by [`within`](Self::within), `None` for any other.
     pub const fn window(&self) -> Option<Duration> {
         match self.window {
-            Some(w) => Some(Duration::from_nanos(w.window_ns)),
-            None => None,
+            WindowState::None => None,
+            WindowState::OutOfRange => Some(Duration::MAX),
+            _ => Some(Duration::from_nanos(self.window_ns)),
         }
     }
 
     /// The most whole tokens a window quota lets through in any [`window`](Self::window) (its
     /// cap after margins and division, rounded down), `None` for any other quota.
     pub const fn window_cap(&self) -> Option<u64> {
+        let cap = self.cap_rate();
         match self.window {
-            Some(w) if !w.cap.out_of_range && w.cap.per_ns != 0 => {
-                let cap = w.cap.tokens as u128 * w.window_ns as u128 / w.cap.per_ns as u128;
-                Some(cap as u64)
+            WindowState::Split | WindowState::BurstNotBelowCap
+                if !cap.out_of_range && cap.per_ns != 0 =>
+            {
+                let whole = cap.tokens as u128 * self.window_ns as u128 / cap.per_ns as u128;
+                Some(whole as u64)
             }
             _ => None,
         }
@@ -199,23 +198,12 @@ impl Quota {
 
     /// Why this window quota cannot be built, checked before the rate and burst.
     pub(crate) const fn window_error(&self) -> Option<ConfigError> {
-        let Some(w) = self.window else {
-            return None;
-        };
-        if w.window_ns == u64::MAX && w.cap.out_of_range {
-            return Some(ConfigError::WindowOutOfRange);
+        match self.window {
+            WindowState::None | WindowState::Split => None,
+            WindowState::BurstNotBelowCap => Some(ConfigError::BurstNotBelowCap),
+            WindowState::Zero => Some(ConfigError::ZeroWindow),
+            WindowState::OutOfRange => Some(ConfigError::WindowOutOfRange),
         }
-        if w.window_ns == 0 {
-            return Some(ConfigError::ZeroWindow);
-        }
-        if w.cap.out_of_range {
-            return Some(ConfigError::RateOutOfRange);
-        }
-        let burst = self.burst_size() as u128;
-        if burst * w.cap.per_ns as u128 >= w.cap.tokens as u128 * w.window_ns as u128 {
-            return Some(ConfigError::BurstNotBelowCap);
-        }
-        None
     }
 
     /// Whether `2 × resolution × rate` stays below one token, so that whole grants never
@@ -225,7 +213,7 @@ impl Quota {
         resolution_ticks: u64,
         tokens_per_tick: (u128, u128),
     ) -> bool {
-        if self.window.is_none() {
+        if let WindowState::None = self.window {
             return true;
         }
         match tokens_per_tick.0.checked_mul(2 * resolution_ticks as u128) {
@@ -234,40 +222,71 @@ impl Quota {
         }
     }
 
-    /// Splits a window quota's cap into its burst and rate: `rate = cap − burst / window`.
-    pub(super) const fn resplit(self) -> Self {
-        let Some(w) = self.window else {
-            return self;
-        };
-        if w.cap.out_of_range || w.window_ns == 0 {
+    /// The cap per window of a window quota, as a rate: `burst / window + rate`, exactly as it
+    /// was given (the split is exact, so this undoes it), or the rate field itself when the
+    /// burst took all of it. Out of range for any other quota.
+    pub(super) const fn cap_rate(&self) -> Rate {
+        match self.window {
+            WindowState::BurstNotBelowCap => self.rate,
+            WindowState::Split if !self.rate.out_of_range => {
+                let r = self.rate;
+                let w = self.window_ns as u128;
+                let from_rate = r.tokens as u128 * w;
+                let from_burst = self.burst_size() as u128 * r.per_ns as u128;
+                let per = r.per_ns as u128 * w;
+                match from_rate.checked_add(from_burst) {
+                    Some(tokens) => rounded_down(tokens, per),
+                    // Each term fits: halve both, rounding the cap down.
+                    None => rounded_down(from_rate / 2 + from_burst / 2, per.div_ceil(2)),
+                }
+            }
+            _ => Rate::OUT_OF_RANGE,
+        }
+    }
+
+    /// Splits `cap` (per window) into this quota's burst and a rate: `cap − burst / window`.
+    pub(super) const fn split(self, cap: Rate) -> Self {
+        match self.window {
+            WindowState::Split | WindowState::BurstNotBelowCap => {}
+            // Not a window quota, or one whose window is refused: nothing to split.
+            _ => return self,
+        }
+        if cap.out_of_range {
             return Self {
                 rate: Rate::OUT_OF_RANGE,
+                window: WindowState::Split,
                 ..self
             };
         }
         // Tokens per nanosecond: (cap_tokens × window − burst × cap_per) / (cap_per × window).
-        let whole = w.cap.tokens as u128 * w.window_ns as u128;
-        let spent = self.burst_size() as u128 * w.cap.per_ns as u128;
+        let whole = cap.tokens as u128 * self.window_ns as u128;
+        let spent = self.burst_size() as u128 * cap.per_ns as u128;
         if spent >= whole {
-            // No rate left: reported as `BurstNotBelowCap` when a bucket is built.
             return Self {
-                rate: Rate::OUT_OF_RANGE,
+                rate: cap,
+                window: WindowState::BurstNotBelowCap,
                 ..self
             };
         }
-        let mut tokens = whole - spent;
-        let mut per_ns = w.cap.per_ns as u128 * w.window_ns as u128;
-        let g = super::gcd(tokens, per_ns);
-        tokens /= g;
-        per_ns /= g;
-        // Too fine for 64 bits: round down (tokens down, period up), never up.
-        while per_ns > u64::MAX as u128 || tokens > u64::MAX as u128 {
-            tokens >>= 1;
-            per_ns = per_ns.div_ceil(2);
-        }
         Self {
-            rate: Rate::reduced(tokens, per_ns),
+            rate: rounded_down(whole - spent, cap.per_ns as u128 * self.window_ns as u128),
+            window: WindowState::Split,
             ..self
         }
     }
+}
+
+/// `tokens` per `per_ns`, in lowest terms, rounded down (tokens down, period up) where it does
+/// not fit 64 bits.
+const fn rounded_down(tokens: u128, per_ns: u128) -> Rate {
+    let g = super::gcd(tokens, per_ns);
+    let (mut tokens, mut per_ns) = match (tokens.checked_div(g), per_ns.checked_div(g)) {
+        (Some(tokens), Some(per_ns)) => (tokens, per_ns),
+        _ => return Rate::OUT_OF_RANGE,
+    };
+    while per_ns > u64::MAX as u128 || tokens > u64::MAX as u128 {
+        tokens >>= 1;
+        per_ns = per_ns.div_ceil(2);
+    }
+    Rate::reduced(tokens, per_ns)
 }

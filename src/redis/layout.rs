@@ -213,7 +213,17 @@ mod tests {
                 Quota::new(Rate::per_day(1)).burst(1_000_000),
                 SetupError::Unrepresentable,
             ),
+            // a window cap, read to the microsecond: 2 µs × 10^6 a second is two tokens
+            (
+                Quota::within(1_000_000, Duration::from_secs(1)),
+                SetupError::Quota(ConfigError::WindowTooCoarse),
+            ),
+            (
+                Quota::within(1, Duration::from_secs(1)),
+                SetupError::Quota(ConfigError::BurstNotBelowCap),
+            ),
         ];
+        assert!(Layout::solve(&Quota::within(100_000, Duration::from_secs(1))).is_ok());
         for (quota, error) in rows {
             assert_eq!(Layout::solve(&quota), Err(error), "{quota:?}");
         }
