@@ -37,8 +37,8 @@ impl Quota {
     /// [`within_with_burst`](Self::within_with_burst); the rate gives way so that
     /// `burst + rate × window` stays `cap`. A burst of 1 also means that a caller who comes late
     /// for a token loses the lateness, since the full bucket could hold no more: polling every
-    /// millisecond at 299 a minute, the 299 tokens after the first took 60.1 s. A burst of 2 absorbs
-    /// lateness up to a token interval, for one token less of rate per window.
+    /// millisecond at 299 a minute, the 299 tokens after the first took 60.1 s. A burst of 2
+    /// absorbs lateness up to a token interval, for one token less of rate per window.
     ///
     /// **The token of headroom.** Grants are whole, so a window sees at most `cap` grants even
     /// if it is up to one token interval (`1 / rate`) longer than `window`. That interval pays
@@ -47,7 +47,8 @@ impl Quota {
     /// checks, with [`ConfigError::WindowTooCoarse`] otherwise) and, against an enforcer
     /// elsewhere, for the spread in latency between the bucket's grant and the enforcer's
     /// timestamp: the rest of `1 / rate` (for 100 per minute, about 600 ms). A clock that itself
-    /// steps coarsely (`CoarseClock` steps every millisecond) spends its step from it too. To cover more, pass a longer `window`.
+    /// steps coarsely (`CoarseClock` steps every millisecond) spends its step from it too. To
+    /// cover more, pass a longer `window`.
     ///
     /// **Margins and replicas.** [`minus_percent`](Self::minus_percent) and
     /// [`divided_by`](Self::divided_by) take from the cap, exactly, and split again:
