@@ -81,6 +81,17 @@ pub enum ConfigError {
     ClockTooCoarse,
     /// A keyed limiter was asked to hold no keys.
     ZeroCapacity,
+    /// A window quota ([`Quota::within`](crate::Quota::within)) with a zero window.
+    ZeroWindow,
+    /// A window quota whose window exceeds 584 years.
+    WindowOutOfRange,
+    /// A window quota whose burst is not below its cap (after margins and division), or whose
+    /// cap is zero: no rate would be left.
+    BurstNotBelowCap,
+    /// A window quota on a clock read so coarsely that two steps of the reading accrue a whole
+    /// token (`2 × resolution × rate ≥ 1`), so a window could see one grant above the cap. Use
+    /// a finer clock, or a longer window.
+    WindowTooCoarse,
 }
 
 impl fmt::Display for ConfigError {
@@ -112,6 +123,14 @@ impl ConfigError {
                 "one tick of the clock accrues more tokens than the burst can take in; raise the burst or use a finer clock"
             }
             ConfigError::ZeroCapacity => "keyed limiter capacity is zero",
+            ConfigError::ZeroWindow => "window of the cap is zero",
+            ConfigError::WindowOutOfRange => "window of the cap exceeds 584 years",
+            ConfigError::BurstNotBelowCap => {
+                "burst is not below the window's cap (after margins and division), so no rate is left; lower the burst or raise the cap"
+            }
+            ConfigError::WindowTooCoarse => {
+                "two steps of the clock's reading accrue a whole token, so the window's cap could be exceeded by one; use a finer clock or a longer window"
+            }
         }
     }
 }

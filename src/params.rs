@@ -100,6 +100,38 @@ impl Params {
         ticks_per_second: u64,
         bits: u32,
     ) -> Result<Self, ConfigError> {
+        if let Some(error) = quota.window_error() {
+            return Err(error);
+        }
+        match Self::solve_layout(quota, ticks_per_second, bits) {
+            Ok(p) => p.holding_the_window(quota, ticks_per_second),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// A window quota keeps its cap only if two steps of the reading accrue under a token.
+    const fn holding_the_window(
+        self,
+        quota: &Quota,
+        ticks_per_second: u64,
+    ) -> Result<Self, ConfigError> {
+        let rate = quota.rate();
+        let tokens_per_tick = (
+            rate.tokens() as u128 * 1_000_000_000,
+            rate.period_ns() as u128 * ticks_per_second as u128,
+        );
+        if quota.window_fits_resolution(self.resolution_ticks(), tokens_per_tick) {
+            Ok(self)
+        } else {
+            Err(ConfigError::WindowTooCoarse)
+        }
+    }
+
+    const fn solve_layout(
+        quota: &Quota,
+        ticks_per_second: u64,
+        bits: u32,
+    ) -> Result<Self, ConfigError> {
         let rate = quota.rate();
         if rate.is_out_of_range() {
             return Err(ConfigError::RateOutOfRange);
@@ -197,14 +229,17 @@ impl Params {
                 let a0 = rate.tokens() as u128 * 1_000_000_000;
                 let b0 = rate.period_ns() as u128 * ticks_per_second as u128;
                 let g = gcd(a0, b0);
-                fixed_point(
+                match fixed_point(
                     a0 / g,
                     b0 / g,
                     p.burst,
                     quota.start_fill(),
                     ticks_per_second,
                     true,
-                )
+                ) {
+                    Ok(p) => p.holding_the_window(quota, ticks_per_second),
+                    Err(e) => Err(e),
+                }
             }
             Err(e) => Err(e),
         }

@@ -3,6 +3,10 @@
 use core::fmt;
 use core::time::Duration;
 
+mod window;
+
+use window::WindowState;
+
 const NANOS_PER_SECOND: u64 = 1_000_000_000;
 
 /// A rate of tokens per period, kept as an exact fraction.
@@ -123,7 +127,7 @@ impl Rate {
         }
     }
 
-    const OUT_OF_RANGE: Self = Self {
+    pub(crate) const OUT_OF_RANGE: Self = Self {
         tokens: 0,
         per_ns: 0,
         out_of_range: true,
@@ -214,7 +218,8 @@ impl defmt::Format for Rate {
 enum Start {
     Full,
     Empty,
-    With(u64),
+    /// With the quota's `start_tokens`.
+    With,
 }
 
 /// The shape of a bucket: its [`Rate`], its burst (capacity) and how full it starts.
@@ -234,12 +239,24 @@ enum Start {
 ///
 /// Like [`Rate`], every method is `const` and never panics; a zero burst or a start above the
 /// burst is reported when a bucket is built.
+///
+/// A window quota ([`Quota::within`]) also keeps its window, and with it its cap (`burst +
+/// rate × window`), so that a later burst or margin splits the cap again. The fields are
+/// packed so that a bucket, which holds its quota, stays within three cache lines.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct Quota {
+    /// The rate; on a window quota whose burst is not below its cap, the cap per window.
     rate: Rate,
-    burst: Option<u64>,
+    /// The burst set, if `burst_set`.
+    burst: u64,
+    /// The start fill, if `start` is [`Start::With`]; otherwise 0.
+    start_tokens: u64,
+    /// The window of a window quota, in nanoseconds; otherwise 0.
+    window_ns: u64,
+    burst_set: bool,
     start: Start,
+    window: WindowState,
 }
 
 impl Quota {
@@ -247,23 +264,34 @@ impl Quota {
     pub const fn new(rate: Rate) -> Self {
         Self {
             rate,
-            burst: None,
+            burst: 0,
+            start_tokens: 0,
+            window_ns: 0,
+            burst_set: false,
             start: Start::Full,
+            window: WindowState::None,
         }
     }
 
     /// The most tokens the bucket holds: the largest spike it lets through after an idle spell.
+    ///
+    /// On a window quota ([`Quota::within`]) the burst is taken out of the cap: the rate drops
+    /// so that `burst + rate × window` stays the cap.
     pub const fn burst(self, burst: u64) -> Self {
+        let cap = self.cap_rate();
         Self {
-            burst: Some(burst),
+            burst,
+            burst_set: true,
             ..self
         }
+        .split(cap)
     }
 
     /// Start full (the default): the first burst after start-up passes at once.
     pub const fn start_full(self) -> Self {
         Self {
             start: Start::Full,
+            start_tokens: 0,
             ..self
         }
     }
@@ -272,6 +300,7 @@ impl Quota {
     pub const fn start_empty(self) -> Self {
         Self {
             start: Start::Empty,
+            start_tokens: 0,
             ..self
         }
     }
@@ -279,7 +308,8 @@ impl Quota {
     /// Start with `tokens` in the bucket.
     pub const fn start_with(self, tokens: u64) -> Self {
         Self {
-            start: Start::With(tokens),
+            start: Start::With,
+            start_tokens: tokens,
             ..self
         }
     }
@@ -291,9 +321,10 @@ impl Quota {
 
     /// The capacity: the burst set, or one second of rate (at least 1).
     pub const fn burst_size(&self) -> u64 {
-        match self.burst {
-            Some(burst) => burst,
-            None => self.rate.one_second_at_least_one(),
+        if self.burst_set {
+            self.burst
+        } else {
+            self.rate.one_second_at_least_one()
         }
     }
 
@@ -302,7 +333,7 @@ impl Quota {
         match self.start {
             Start::Full => self.burst_size(),
             Start::Empty => 0,
-            Start::With(tokens) => tokens,
+            Start::With => self.start_tokens,
         }
     }
 }

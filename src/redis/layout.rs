@@ -41,7 +41,14 @@ impl Layout {
     /// The exact layout of `quota`, or why there is none.
     pub(crate) fn solve(quota: &Quota) -> Result<Self, SetupError> {
         let rate = quota.rate();
-        let invalid = if rate.is_out_of_range() {
+        // Redis `TIME` is read to the microsecond: a window quota must accrue under a token in
+        // two of them.
+        let micros = (rate.tokens() as u128 * 1_000, rate.period_ns() as u128);
+        let invalid = if let Some(error) = quota.window_error() {
+            Some(error)
+        } else if !quota.window_fits_resolution(1, micros) {
+            Some(ConfigError::WindowTooCoarse)
+        } else if rate.is_out_of_range() {
             Some(ConfigError::RateOutOfRange)
         } else if rate.period_ns() == 0 {
             Some(ConfigError::ZeroPeriod)
@@ -206,7 +213,17 @@ mod tests {
                 Quota::new(Rate::per_day(1)).burst(1_000_000),
                 SetupError::Unrepresentable,
             ),
+            // a window cap, read to the microsecond: 2 µs × 10^6 a second is two tokens
+            (
+                Quota::within(1_000_000, Duration::from_secs(1)),
+                SetupError::Quota(ConfigError::WindowTooCoarse),
+            ),
+            (
+                Quota::within(1, Duration::from_secs(1)),
+                SetupError::Quota(ConfigError::BurstNotBelowCap),
+            ),
         ];
+        assert!(Layout::solve(&Quota::within(100_000, Duration::from_secs(1))).is_ok());
         for (quota, error) in rows {
             assert_eq!(Layout::solve(&quota), Err(error), "{quota:?}");
         }

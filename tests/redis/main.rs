@@ -11,3 +11,4 @@ mod giving_up;
 mod nginx;
 mod sharing;
 mod support;
+mod window;
