@@ -1,7 +1,6 @@
 //! The word at its edges: every way the bucket was once seen to mint or lock out, as a test on
 //! both words where it applies, and the grids behind the README's table of horizons.
 
-use std::cell::Cell;
 use std::time::Duration;
 
 use tollgate::{
@@ -15,22 +14,9 @@ const HOUR: Duration = Duration::from_secs(3_600);
 const DAY: u64 = 86_400;
 const YEAR: Duration = Duration::from_secs(31_557_600);
 
-/// A counter at any frequency, set by hand, wrapping like a hardware counter.
-#[derive(Default)]
-struct Counter<const HZ: u64>(Cell<u64>);
-
-impl<const HZ: u64> Clock for Counter<HZ> {
-    const TICKS_PER_SECOND: u64 = HZ;
-    fn now(&self) -> u64 {
-        self.0.get()
-    }
-}
-
-impl<const HZ: u64> Counter<HZ> {
-    fn advance(&self, ticks: u64) {
-        self.0.set(self.0.get().wrapping_add(ticks));
-    }
-}
+#[path = "support/counter.rs"]
+mod counter;
+use counter::Counter;
 
 fn drain<C: Clock, W: Word>(bucket: &TokenBucket<C, W>) -> u64 {
     let mut got = 0;

@@ -13,21 +13,14 @@ use std::time::Duration;
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::TestCaseError;
-use tollgate::{Clock, ConfigError, Denied, Quota, Rate, Reservation, TokenBucket, Word};
+use tollgate::{ConfigError, Denied, Quota, Rate, Reservation, TokenBucket, Word};
 
 const NANOS: u128 = 1_000_000_000;
 const YEAR_SECS: u128 = 31_557_600;
 
-/// A manual clock at any frequency, wrapping at `u64::MAX` like a hardware counter.
-#[derive(Default)]
-struct Counter<const HZ: u64>(std::cell::Cell<u64>);
-
-impl<const HZ: u64> Clock for Counter<HZ> {
-    const TICKS_PER_SECOND: u64 = HZ;
-    fn now(&self) -> u64 {
-        self.0.get()
-    }
-}
+#[path = "support/counter.rs"]
+mod counter;
+use counter::Counter;
 
 fn gcd(mut a: u128, mut b: u128) -> u128 {
     while b != 0 {

@@ -11,7 +11,6 @@
 //!   burst of debt to show past its horizon.
 //! - **Pauses hold.** Nothing taken after a pause is granted before it ends.
 
-use std::cell::Cell;
 use std::time::Duration;
 
 use proptest::prelude::*;
@@ -21,16 +20,9 @@ use tollgate::{
     WhenFull,
 };
 
-/// A counter at any frequency, set by hand, wrapping like a hardware counter.
-#[derive(Default)]
-struct Counter<const HZ: u64>(Cell<u64>);
-
-impl<const HZ: u64> Clock for Counter<HZ> {
-    const TICKS_PER_SECOND: u64 = HZ;
-    fn now(&self) -> u64 {
-        self.0.get()
-    }
-}
+#[path = "support/counter.rs"]
+mod counter;
+use counter::Counter;
 
 /// The kinds of bucket under test, behind one face.
 #[derive(Clone, Copy, Debug)]

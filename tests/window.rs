@@ -12,21 +12,13 @@
 //! The check bites: the naive quota (rate = cap / window, burst = cap) and a quota one token
 //! too fast (`within(cap + 1, window)`) are both caught.
 
-use std::cell::Cell;
 use std::time::Duration;
 
 use tollgate::{Clock, ConfigError, Denied, Limits, ManualClock, Quota, Rate, TokenBucket};
 
-/// A counter at any frequency, set by hand.
-#[derive(Default)]
-struct Counter<const HZ: u64>(Cell<u64>);
-
-impl<const HZ: u64> Clock for Counter<HZ> {
-    const TICKS_PER_SECOND: u64 = HZ;
-    fn now(&self) -> u64 {
-        self.0.get()
-    }
-}
+#[path = "support/counter.rs"]
+mod counter;
+use counter::Counter;
 
 /// A clock the drivers can step.
 trait Steppable: Clock + Default {
