@@ -150,7 +150,7 @@ enum Op {
 /// What the script answered.
 #[derive(Clone, Copy)]
 struct Reply {
-    /// Granted, given back, or (for `confirm`) the key is the same incarnation.
+    /// Granted, or given back.
     granted: bool,
     /// The level in units at `now_us` after the call; negative in debt.
     level: i128,

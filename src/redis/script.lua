@@ -15,7 +15,7 @@
 -- by someone else, truncated, beyond the debt bound) reads as absent and is replaced.
 --
 -- KEYS[1]  the bucket
--- ARGV[1]  'take' | 'cancel' | 'peek' | 'confirm'
+-- ARGV[1]  'take' | 'cancel' | 'peek'
 -- ARGV[2]  per_us: units per microsecond
 -- ARGV[3..4]   ceiling: the most the bucket holds (the burst and less than a step), a pair
 -- ARGV[5..6]   start: the level of an absent key, as a pair (the ceiling, or the start fill)
@@ -25,7 +25,6 @@
 -- ARGV[11..12] charge: units granted elsewhere while Redis was unreachable, taken first
 -- take:    ARGV[13..14] cost, ARGV[15..16] the most debt this call may run
 -- cancel:  ARGV[13..14] cost, ARGV[15..16] the reservation's due instant, ARGV[17] its epoch
--- confirm: ARGV[13] an epoch: is the key still that incarnation?
 --
 -- Returns {status, debt_us, debt_frac, now_us, epoch}: status 1 granted (or the epoch matches),
 -- 0 not, -1 too late (nothing done); the debt (z - now, a pair, negative when tokens are left)
@@ -195,11 +194,5 @@ elseif op == 'cancel' then
 elseif op == 'peek' then
   keep()
   return reply(1)
-elseif op == 'confirm' then
-  keep()
-  if not absent and epoch == tonumber(ARGV[13]) then
-    return reply(1)
-  end
-  return reply(0)
 end
 return redis.error_reply('tollgate: unknown operation')

@@ -359,26 +359,32 @@ fn calls_given_up_during_a_stall_take_nothing_when_it_thaws() {
 /// A partition: the proxy holds every byte both ways for 2 s, then lets them through.
 #[test]
 fn a_partition_keeps_every_policy_within_its_bound() {
+    proxy_outage("partition", 2_000, 5_500, Proxy::hold);
+}
+
+/// Fleets through a proxy to a fresh server, the link broken by `fault(true)` from 1 s for
+/// `outage_ms` and mended by `fault(false)`, for `run_ms` in all: each policy within its bound.
+fn proxy_outage(label: &str, outage_ms: u64, run_ms: u64, fault: fn(&Proxy, bool)) {
     let _serial = serial();
     let server = RedisServer::start();
     let proxy = Arc::new(Proxy::start(server.port));
     let (from, outage, run) = (
         Duration::from_millis(1_000),
-        Duration::from_millis(2_000),
-        Duration::from_millis(5_500),
+        Duration::from_millis(outage_ms),
+        Duration::from_millis(run_ms),
     );
-    let held = Arc::clone(&proxy);
+    let link = Arc::clone(&proxy);
     let grants = runtime().block_on(drive(
-        || fleet(&proxy.url(), "partition"),
+        || fleet(&proxy.url(), label),
         run,
         move |start| {
             sleep_until(start, from);
-            held.hold(true);
+            fault(&link, true);
             sleep_until(start, from + outage);
-            held.hold(false);
+            fault(&link, false);
         },
     ));
-    check_outage("partition", &grants, run, from, outage);
+    check_outage(label, &grants, run, from, outage);
 }
 
 /// A link that goes silent without a reset: after a second of timeouts the connection is
@@ -434,26 +440,7 @@ fn a_silent_link_is_replaced() {
 /// The link cut for 1.5 s: connections reset and refused, then accepted again.
 #[test]
 fn a_cut_link_keeps_every_policy_within_its_bound() {
-    let _serial = serial();
-    let server = RedisServer::start();
-    let proxy = Arc::new(Proxy::start(server.port));
-    let (from, outage, run) = (
-        Duration::from_millis(1_000),
-        Duration::from_millis(1_500),
-        Duration::from_millis(5_000),
-    );
-    let link = Arc::clone(&proxy);
-    let grants = runtime().block_on(drive(
-        || fleet(&proxy.url(), "cut"),
-        run,
-        move |start| {
-            sleep_until(start, from);
-            link.cut(true);
-            sleep_until(start, from + outage);
-            link.cut(false);
-        },
-    ));
-    check_outage("cut", &grants, run, from, outage);
+    proxy_outage("cut", 1_500, 5_000, Proxy::cut);
 }
 
 /// The server killed and started again empty on the same port, after 0.5 s, while the fleets
