@@ -5,8 +5,8 @@ use core::time::Duration;
 
 use crate::bucket::pause_ticks_for;
 use crate::clock::{ticks_to_duration_ceil, Clock};
-use crate::params::Params;
-use crate::sync::{fence, spin_loop, AtomicBool, AtomicU64, Ordering};
+use crate::engine::layout::Params;
+use crate::engine::sync::{fence, spin_loop, AtomicBool, AtomicU64, Ordering};
 use crate::{ConfigError, Denied, Pause, Quota, TickRate};
 
 /// The low half of the state: the bucket's word, on the 32-bit layout.

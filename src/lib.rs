@@ -76,49 +76,56 @@
 #![no_std]
 #![cfg_attr(docsrs, feature(doc_auto_cfg))]
 
-#[cfg(any(feature = "std", test))]
+#[cfg(any(feature = "std", test, loom))]
 extern crate std;
 
-#[cfg(any(loom, target_has_atomic = "64"))]
-mod adjustable;
-mod approx;
+/// Items that need native 64-bit atomics (`AdjustableBucket`, `ManualClock`): the one spelling
+/// of that condition. Loom's atomics are always 64-bit, so the models see these items too.
+macro_rules! with_atomic64 {
+    ($($item:item)*) => {
+        $( #[cfg(any(loom, target_has_atomic = "64"))] $item )*
+    };
+}
+/// Items for targets without native 64-bit atomics: the complement of [`with_atomic64`].
+macro_rules! without_atomic64 {
+    ($($item:item)*) => {
+        $( #[cfg(not(any(loom, target_has_atomic = "64")))] $item )*
+    };
+}
+pub(crate) use {with_atomic64, without_atomic64};
+
 mod bucket;
 mod clock;
-#[cfg(all(feature = "coarse-clock", not(loom)))]
-mod coarse_clock;
+mod engine;
 mod error;
 pub mod headers;
-mod jitter;
 #[cfg(any(feature = "std", feature = "heapless"))]
 mod keyed;
 #[cfg(feature = "tower")]
 pub mod layer;
 mod limits;
-mod params;
 mod rate;
 #[cfg(feature = "redis")]
 pub mod redis;
-mod sync;
-mod transition;
-#[cfg(feature = "quanta")]
-mod tsc_clock;
 mod wait;
-mod word;
+with_atomic64! {
+    mod adjustable;
+}
 
 #[cfg(feature = "redis")]
 pub use self::redis::RedisBucket;
-#[cfg(any(loom, target_has_atomic = "64"))]
-pub use adjustable::{AdjustableBucket, SetQuotaError};
 pub use bucket::{Pause, Reservation, TickRate, TokenBucket};
 pub use clock::Clock;
-#[cfg(any(loom, target_has_atomic = "64"))]
-pub use clock::ManualClock;
+#[cfg(all(feature = "coarse-clock", not(loom)))]
+pub use clock::CoarseClock;
 #[cfg(feature = "std")]
 pub use clock::StdClock;
-#[cfg(all(feature = "coarse-clock", not(loom)))]
-pub use coarse_clock::CoarseClock;
+#[cfg(feature = "tokio")]
+pub use clock::TokioClock;
+#[cfg(feature = "quanta")]
+pub use clock::TscClock;
+pub use engine::word::{DefaultWord, Word};
 pub use error::{ConfigError, Denied};
-pub use jitter::Jitter;
 #[cfg(feature = "std")]
 pub use keyed::KeyedLimiter;
 #[cfg(all(feature = "heapless", not(loom)))]
@@ -127,11 +134,16 @@ pub use keyed::KeyedTable;
 pub use keyed::{IpPrefix, KeyedDenied, WhenFull};
 pub use limits::{Limits, LimitsReservation};
 pub use rate::{Quota, Rate};
-#[cfg(feature = "quanta")]
-pub use tsc_clock::TscClock;
-#[cfg(feature = "tokio")]
-pub use wait::TokioClock;
-pub use word::{DefaultWord, Word};
+pub use wait::Jitter;
+with_atomic64! {
+    pub use adjustable::{AdjustableBucket, SetQuotaError};
+    pub use clock::ManualClock;
+}
+
+/// Loom models only: the mutant the models must catch (see `engine::sync::models`).
+#[cfg(loom)]
+#[doc(hidden)]
+pub use engine::sync::models as sync_models;
 
 /// Loom models only: the waiters' line, stepped by hand.
 #[cfg(all(loom, feature = "std"))]

@@ -17,11 +17,11 @@ use super::{
     protection_units, ticks_to_one_token, touch_word, units_to_evictable, KeyedDenied, WhenFull,
     DEFAULT_PROTECTION,
 };
-use crate::bucket::WordCell;
 use crate::clock::{duration_to_ticks_floor, ticks_to_duration_ceil, Clock};
-use crate::params::Params;
-use crate::sync::Ordering;
-use crate::word::{DefaultWord, Word};
+use crate::engine::cell::WordCell;
+use crate::engine::layout::Params;
+use crate::engine::sync::Ordering;
+use crate::engine::word::{DefaultWord, Word};
 use crate::{ConfigError, Quota};
 
 /// A concurrent per-key limiter for servers: one bucket per client, address or API key, all on

@@ -26,7 +26,7 @@
 use core::fmt;
 use core::time::Duration;
 
-use crate::params::Params;
+use crate::engine::layout::Params;
 use crate::Denied;
 
 #[cfg(feature = "std")]
@@ -175,7 +175,7 @@ pub(crate) fn ticks_to_one_token(p: &Params, word: u64, now_ticks: u64) -> u64 {
 
 /// Puts a word back to the never-used mark. Only for a word that no other context is updating.
 #[cfg(all(feature = "heapless", not(loom)))]
-pub(crate) fn reset<W: crate::word::Word>(cell: &W::Atomic, unused: u64) {
+pub(crate) fn reset<W: crate::engine::word::Word>(cell: &W::Atomic, unused: u64) {
     let mut current = W::load(cell);
     while let Err(actual) = W::compare_exchange(cell, current, unused) {
         current = actual;
@@ -184,7 +184,7 @@ pub(crate) fn reset<W: crate::word::Word>(cell: &W::Atomic, unused: u64) {
 
 /// Re-anchors the bucket in `cell` if it has been full for longer than `max_age_units` (see
 /// [`reanchored`]); a concurrent update wins and is left as it is.
-pub(crate) fn touch_word<W: crate::word::Word>(
+pub(crate) fn touch_word<W: crate::engine::word::Word>(
     cell: &W::Atomic,
     p: &Params,
     now_units: u64,

@@ -9,11 +9,11 @@ use super::{
     protection_units, reset, touch_word, units_to_evictable, KeyedDenied, WhenFull,
     DEFAULT_PROTECTION,
 };
-use crate::bucket::WordCell;
 use crate::clock::{ticks_to_duration_ceil, Clock};
-use crate::params::Params;
-use crate::sync::{AtomicU32, Ordering};
-use crate::word::{DefaultWord, Word};
+use crate::engine::cell::WordCell;
+use crate::engine::layout::Params;
+use crate::engine::sync::{AtomicU32, Ordering};
+use crate::engine::word::{DefaultWord, Word};
 use crate::{ConfigError, Quota};
 
 /// A fixed-capacity table of up to `N` keyed buckets that share one quota and one clock, with

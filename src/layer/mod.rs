@@ -27,7 +27,7 @@ use std::string::String;
 use pin_project_lite::pin_project;
 
 use crate::clock::{ticks_to_duration_ceil, Clock};
-use crate::params::Params;
+use crate::engine::layout::Params;
 use crate::KeyedDenied;
 
 mod backpressure;

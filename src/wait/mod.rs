@@ -9,6 +9,7 @@
 mod blocking;
 #[cfg(feature = "embedded-hal")]
 mod delay;
+mod jitter;
 #[cfg(feature = "std")]
 pub(crate) mod queue;
 #[cfg(feature = "tokio")]
@@ -18,7 +19,6 @@ mod tokio;
 pub(crate) use self::blocking::wait_blocking;
 #[cfg(feature = "embedded-hal")]
 pub(crate) use self::delay::{delay_for, wait_with_delay};
+pub use self::jitter::Jitter;
 #[cfg(feature = "tokio")]
 pub(crate) use self::tokio::wait_async;
-#[cfg(feature = "tokio")]
-pub use self::tokio::TokioClock;

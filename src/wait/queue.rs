@@ -33,7 +33,7 @@ use std::collections::VecDeque;
 use std::vec::Vec;
 
 use crate::clock::{duration_to_ticks_floor, ticks_to_duration_ceil};
-use crate::sync::{Mutex, MutexGuard};
+use crate::engine::sync::{Mutex, MutexGuard};
 use crate::{Clock, Denied, TokenBucket, Word};
 
 /// How many locks the registry spreads the lines over.

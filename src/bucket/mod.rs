@@ -4,14 +4,16 @@ use core::fmt;
 use core::time::Duration;
 
 use crate::clock::{duration_to_ticks_floor, ticks_to_duration_ceil, Clock};
-use crate::params::Params;
-use crate::word::{DefaultWord, Word};
+use crate::engine::cell::WordCell;
+use crate::engine::layout::Params;
+use crate::engine::word::{DefaultWord, Word};
 use crate::{ConfigError, Denied, Quota};
 
-mod upstream;
-#[cfg(any(loom, target_has_atomic = "64"))]
-pub(crate) use upstream::pause_ticks_for;
-pub use upstream::Pause;
+mod pause;
+crate::with_atomic64! {
+    pub(crate) use pause::pause_ticks_for;
+}
+pub use pause::Pause;
 
 /// A lock-free token bucket whose whole state is one atomic word.
 ///
@@ -69,9 +71,6 @@ pub struct TokenBucket<C, W: Word = DefaultWord> {
     params: Params,
     quota: Quota,
     clock: C,
-    /// Loom models only: store without comparing, the lost update the models must catch.
-    #[cfg(loom)]
-    lost_update: bool,
 }
 
 /// Tokens taken now for use at a later instant: the result of [`TokenBucket::reserve`].
@@ -179,7 +178,6 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
             params,
             quota,
             clock,
-            lost_update: false,
         }
     }
 
@@ -201,8 +199,6 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
             params,
             quota,
             clock,
-            #[cfg(loom)]
-            lost_update: false,
         })
     }
 
@@ -413,25 +409,10 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
         &self.clock
     }
 
-    /// Loom models only: makes the CAS driver load the word and then store its transition's
-    /// result without comparing, so that the models can show they catch a lost update.
-    #[cfg(loom)]
-    #[doc(hidden)]
-    pub fn with_lost_update_for_models(mut self) -> Self {
-        self.lost_update = true;
-        self
-    }
-
     /// The bucket's word and parameters, for the CAS driver.
     #[inline]
     pub(crate) fn cell(&self) -> WordCell<'_, W> {
-        let cell = WordCell::new(&self.word, &self.params);
-        #[cfg(loom)]
-        let cell = WordCell {
-            lost_update: self.lost_update,
-            ..cell
-        };
-        cell
+        WordCell::new(&self.word, &self.params)
     }
 
     #[inline]
@@ -441,93 +422,6 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
         transition: impl FnMut(u64, u64) -> Result<(u64, T), E>,
     ) -> Result<T, E> {
         self.cell().update(now_ticks, transition)
-    }
-}
-
-/// One word and the parameters it is read with: what the CAS driver needs, whether the word
-/// sits in a [`TokenBucket`] or in a slot of a keyed table that shares one set of parameters.
-pub(crate) struct WordCell<'a, W: Word> {
-    pub(crate) word: &'a W::Atomic,
-    pub(crate) params: &'a Params,
-    /// Models only: a blind store instead of compare-exchange, which the models must catch.
-    #[cfg(loom)]
-    pub(crate) lost_update: bool,
-}
-
-impl<'a, W: Word> WordCell<'a, W> {
-    /// Takes `cost` units at `now_ticks` without debt, or says how long until it could: the
-    /// whole of `try_acquire`, on any word.
-    #[inline]
-    pub(crate) fn try_take<C: Clock + ?Sized>(
-        &self,
-        now_ticks: u64,
-        cost: u64,
-    ) -> Result<(), Denied> {
-        let p = self.params;
-        self.update(now_ticks, |word, now_units| {
-            match p.take(word, now_units, cost, 0) {
-                Ok((word, _)) => Ok((word, ())),
-                Err(short) => Err(Denied::Insufficient {
-                    retry_after: ticks_to_duration_ceil::<C>(p.ticks_until(now_ticks, short)),
-                }),
-            }
-        })
-    }
-
-    /// The CAS driver over `word`, laid out by `params`.
-    #[inline]
-    pub(crate) fn new(word: &'a W::Atomic, params: &'a Params) -> Self {
-        WordCell {
-            word,
-            params,
-            #[cfg(loom)]
-            lost_update: false,
-        }
-    }
-
-    /// The CAS driver: runs `transition(word, now_units)` against the current word until the
-    /// compare-exchange lands, or returns its error without writing.
-    #[inline]
-    pub(crate) fn update<T, E>(
-        &self,
-        now_ticks: u64,
-        mut transition: impl FnMut(u64, u64) -> Result<(u64, T), E>,
-    ) -> Result<T, E> {
-        let now_units = self.params.units_at(now_ticks);
-        let mut word = W::load(self.word);
-        if word == self.params.unused {
-            word = self.first_use(now_units);
-        }
-        loop {
-            let (new, out) = transition(word, now_units)?;
-            #[cfg(loom)]
-            if self.lost_update {
-                // A blind store: whatever the word holds now is overwritten.
-                let mut current = W::load(self.word);
-                while let Err(actual) = W::compare_exchange(self.word, current, new) {
-                    current = actual;
-                }
-                return Ok(out);
-            }
-            match W::compare_exchange(self.word, word, new) {
-                Ok(()) => return Ok(out),
-                Err(actual) => word = actual,
-            }
-        }
-    }
-
-    /// Applies the start fill at the first use of a `const`-built bucket. Written even if the
-    /// first request is then denied, so that the start instant does not slide with each call.
-    #[cold]
-    fn first_use(&self, now_units: u64) -> u64 {
-        let fresh = self.params.fresh(now_units);
-        loop {
-            match W::compare_exchange(self.word, self.params.unused, fresh) {
-                Ok(()) => return fresh,
-                Err(actual) if actual != self.params.unused => return actual,
-                Err(_spurious) => {}
-            }
-        }
     }
 }
 

@@ -1,8 +1,8 @@
 //! The width of the atomic word that holds a bucket's whole state.
 
 #[cfg(any(loom, target_has_atomic = "64", feature = "word64"))]
-use crate::sync::AtomicU64;
-use crate::sync::{AtomicU32, Ordering};
+use crate::engine::sync::AtomicU64;
+use crate::engine::sync::{AtomicU32, Ordering};
 
 /// The word a bucket keeps its state in: `u64` where the target has native 64-bit atomics,
 /// `u32` where it does not.
@@ -44,12 +44,14 @@ mod sealed {
     impl Sealed for u64 {}
 }
 
-/// The word a bucket uses unless told otherwise.
-#[cfg(any(loom, target_has_atomic = "64"))]
-pub type DefaultWord = u64;
-/// The word a bucket uses unless told otherwise.
-#[cfg(not(any(loom, target_has_atomic = "64")))]
-pub type DefaultWord = u32;
+crate::with_atomic64! {
+    /// The word a bucket uses unless told otherwise.
+    pub type DefaultWord = u64;
+}
+crate::without_atomic64! {
+    /// The word a bucket uses unless told otherwise.
+    pub type DefaultWord = u32;
+}
 
 /// The mark a never-used word holds: the high bit. A transition that would store exactly this
 /// value stores the next one instead (one unit later, never a token more).

@@ -36,3 +36,36 @@ pub(crate) use loom::sync::{Mutex, MutexGuard};
 
 #[cfg(all(not(loom), feature = "std"))]
 pub(crate) use std::sync::{Mutex, MutexGuard};
+
+/// Loom models only: the mutant the models must catch, kept here rather than in a bucket.
+///
+/// Loom runs every thread of a model on the thread that called `loom::model`, so a flag local to
+/// that thread reaches every thread of the model and no other test.
+#[cfg(loom)]
+pub mod models {
+    use core::cell::Cell;
+
+    std::thread_local! {
+        static BLIND_STORES: Cell<bool> = const { Cell::new(false) };
+    }
+
+    /// Runs `model` with the compare-exchange driver broken: it loads the word, then stores its
+    /// transition's result without comparing (a lost update). A model that passes under this
+    /// catches nothing.
+    pub fn with_blind_stores<T>(model: impl FnOnce() -> T) -> T {
+        struct Reset;
+        impl Drop for Reset {
+            fn drop(&mut self) {
+                BLIND_STORES.with(|on| on.set(false));
+            }
+        }
+        BLIND_STORES.with(|on| on.set(true));
+        let _reset = Reset;
+        model()
+    }
+
+    /// Whether the driver stores blindly (see [`with_blind_stores`]).
+    pub(crate) fn blind_stores() -> bool {
+        BLIND_STORES.with(Cell::get)
+    }
+}

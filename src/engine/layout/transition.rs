@@ -8,7 +8,7 @@
 //! differences are read as signed (`elapsed`): wrapping by design. Everything else is checked by
 //! construction: the burst and the debt bound each fit in a quarter of the word.
 
-use crate::params::Params;
+use crate::engine::layout::Params;
 use crate::Denied;
 
 impl Params {
@@ -291,7 +291,8 @@ impl Params {
 
 /// The transition for a change of quota (only `AdjustableBucket` changes quotas, and it needs
 /// 64-bit atomics).
-#[cfg(any(loom, target_has_atomic = "64"))]
+// Only `AdjustableBucket` calls it, and it needs native 64-bit atomics: compiled everywhere.
+#[cfg_attr(not(target_has_atomic = "64"), allow(dead_code))]
 impl Params {
     /// The word under `to` holding, at `now_ticks`, what `word` holds under `self`. Tokens are
     /// kept as-is (fractions rounded toward fewer), less the part of a step that `to`'s reading

@@ -5,7 +5,7 @@ use core::time::Duration;
 
 use super::{Reservation, TokenBucket};
 use crate::clock::{duration_to_ticks_floor, ticks_to_duration_ceil, Clock};
-use crate::params::Params;
+use crate::engine::layout::Params;
 use crate::{Denied, Word};
 
 /// What [`TokenBucket::pause_for`] and [`TokenBucket::pause_until`] did.

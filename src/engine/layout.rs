@@ -34,6 +34,9 @@
 //! eats the rate. Debt from reservations is bounded, so no sequence of calls can wrap the word
 //! into a gift of tokens.
 
+mod approx;
+mod transition;
+
 use core::num::NonZeroU64;
 
 use crate::rate::gcd;
@@ -218,7 +221,8 @@ impl Params {
     /// for [`AdjustableBucket`](crate::AdjustableBucket), which pauses for as long as an
     /// upstream asks and lives on hosts; past its horizon it reads as debt in about a quarter
     /// of idle lengths instead of under one per cent.
-    #[cfg(any(loom, target_has_atomic = "64"))]
+    // Only `AdjustableBucket` calls it, and it needs native 64-bit atomics: compiled everywhere.
+    #[cfg_attr(not(target_has_atomic = "64"), allow(dead_code))]
     pub(crate) const fn solve_deep32(
         quota: &Quota,
         ticks_per_second: u64,
@@ -415,7 +419,7 @@ const fn fixed_point(
         } else {
             horizon as u64
         },
-        unused: crate::word::unused_mark(32),
+        unused: crate::engine::word::unused_mark(32),
         exact,
     };
     if !steps_fit(&params) {
@@ -542,7 +546,7 @@ const fn approximate(
     // A burst that does not fit at this size may fit with fewer units per quantum.
     let mut tries = 0;
     while tries < 8 && p_max > 0 {
-        let (p, q) = crate::approx::best_lower(n, d, p_max, u64::MAX as u128);
+        let (p, q) = approx::best_lower(n, d, p_max, u64::MAX as u128);
         if p == 0 {
             return None;
         }
@@ -551,7 +555,7 @@ const fn approximate(
         } else {
             ROUNDING_BITS
         };
-        if !crate::approx::within(p, q, n, d, rounding_bits) {
+        if !approx::within(p, q, n, d, rounding_bits) {
             return None;
         }
         if let Some(mut layout) = layout(shift, p, q, burst, start, bits) {
@@ -650,7 +654,7 @@ const fn layout(
         } else {
             horizon_ticks as u64
         },
-        unused: crate::word::unused_mark(bits),
+        unused: crate::engine::word::unused_mark(bits),
         exact: true,
     };
     if steps_fit(&params) {
@@ -739,7 +743,7 @@ mod tests {
                 p.units_per_quantum.get() as u128,
                 (p.units_per_token.get() as u128) << p.shift,
             );
-            assert!(crate::approx::within(a, u, n, d, ROUNDING_BITS), "{rate}");
+            assert!(approx::within(a, u, n, d, ROUNDING_BITS), "{rate}");
         }
     }
 

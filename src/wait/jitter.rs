@@ -3,7 +3,7 @@
 
 use core::time::Duration;
 
-use crate::sync::{AtomicU32, Ordering};
+use crate::engine::sync::{AtomicU32, Ordering};
 
 /// Adds a random delay of up to `max` to a wait. Off by default ([`Jitter::none`]).
 ///

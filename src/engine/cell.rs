@@ -1,0 +1,87 @@
+//! The one compare-exchange driver: every bucket kind runs its transitions through
+//! [`WordCell::update`], so the loop that reads the word, applies a pure transition and retries
+//! on contention exists once.
+
+use crate::clock::{ticks_to_duration_ceil, Clock};
+use crate::engine::layout::Params;
+use crate::engine::word::Word;
+use crate::Denied;
+
+/// One word and the parameters it is read with: what the CAS driver needs, whether the word
+/// sits in a [`TokenBucket`](crate::TokenBucket) or in a slot of a keyed table that shares one set of parameters.
+pub(crate) struct WordCell<'a, W: Word> {
+    pub(crate) word: &'a W::Atomic,
+    pub(crate) params: &'a Params,
+}
+
+impl<'a, W: Word> WordCell<'a, W> {
+    /// Takes `cost` units at `now_ticks` without debt, or says how long until it could: the
+    /// whole of `try_acquire`, on any word.
+    #[inline]
+    pub(crate) fn try_take<C: Clock + ?Sized>(
+        &self,
+        now_ticks: u64,
+        cost: u64,
+    ) -> Result<(), Denied> {
+        let p = self.params;
+        self.update(now_ticks, |word, now_units| {
+            match p.take(word, now_units, cost, 0) {
+                Ok((word, _)) => Ok((word, ())),
+                Err(short) => Err(Denied::Insufficient {
+                    retry_after: ticks_to_duration_ceil::<C>(p.ticks_until(now_ticks, short)),
+                }),
+            }
+        })
+    }
+
+    /// The CAS driver over `word`, laid out by `params`.
+    #[inline]
+    pub(crate) fn new(word: &'a W::Atomic, params: &'a Params) -> Self {
+        WordCell { word, params }
+    }
+
+    /// The CAS driver: runs `transition(word, now_units)` against the current word until the
+    /// compare-exchange lands, or returns its error without writing.
+    #[inline]
+    pub(crate) fn update<T, E>(
+        &self,
+        now_ticks: u64,
+        mut transition: impl FnMut(u64, u64) -> Result<(u64, T), E>,
+    ) -> Result<T, E> {
+        let now_units = self.params.units_at(now_ticks);
+        let mut word = W::load(self.word);
+        if word == self.params.unused {
+            word = self.first_use(now_units);
+        }
+        loop {
+            let (new, out) = transition(word, now_units)?;
+            #[cfg(loom)]
+            if crate::engine::sync::models::blind_stores() {
+                // A blind store: whatever the word holds now is overwritten.
+                let mut current = W::load(self.word);
+                while let Err(actual) = W::compare_exchange(self.word, current, new) {
+                    current = actual;
+                }
+                return Ok(out);
+            }
+            match W::compare_exchange(self.word, word, new) {
+                Ok(()) => return Ok(out),
+                Err(actual) => word = actual,
+            }
+        }
+    }
+
+    /// Applies the start fill at the first use of a `const`-built bucket. Written even if the
+    /// first request is then denied, so that the start instant does not slide with each call.
+    #[cold]
+    fn first_use(&self, now_units: u64) -> u64 {
+        let fresh = self.params.fresh(now_units);
+        loop {
+            match W::compare_exchange(self.word, self.params.unused, fresh) {
+                Ok(()) => return fresh,
+                Err(actual) if actual != self.params.unused => return actual,
+                Err(_spurious) => {}
+            }
+        }
+    }
+}
