@@ -131,7 +131,7 @@ pub use keyed::KeyedLimiter;
 #[cfg(all(feature = "heapless", not(loom)))]
 pub use keyed::KeyedTable;
 #[cfg(any(feature = "std", feature = "heapless"))]
-pub use keyed::{IpPrefix, KeyedDenied, WhenFull};
+pub use keyed::{IpPrefix, KeyedConfigError, KeyedDenied, WhenFull};
 pub use limits::{Limits, LimitsReservation};
 pub use rate::{Quota, Rate};
 pub use wait::Jitter;

@@ -3,6 +3,8 @@
 use core::fmt;
 use core::time::Duration;
 
+use crate::ConfigError;
+
 mod window;
 
 use window::WindowState;
@@ -335,6 +337,45 @@ impl Quota {
             Start::Empty => 0,
             Start::With => self.start_tokens,
         }
+    }
+
+    /// Whether this quota can describe a bucket at all, whatever the clock and word that hold
+    /// it: a window that splits, a rate in range with a non-zero period and tokens, a burst,
+    /// and a start fill within it. Every bucket kind checks this first, then what its clock and
+    /// word add (see [`ConfigError`]).
+    ///
+    /// ```
+    /// use tollgate::{ConfigError, Quota, Rate};
+    ///
+    /// assert_eq!(Quota::new(Rate::per_second(5)).validate(), Ok(()));
+    /// assert_eq!(
+    ///     Quota::new(Rate::per_second(5)).burst(2).start_with(3).validate(),
+    ///     Err(ConfigError::StartAboveBurst { start: 3, burst: 2 })
+    /// );
+    /// ```
+    pub const fn validate(&self) -> Result<(), ConfigError> {
+        if let Some(error) = self.window_error() {
+            return Err(error);
+        }
+        let rate = self.rate;
+        if rate.is_out_of_range() {
+            return Err(ConfigError::RateOutOfRange);
+        }
+        if rate.period_ns() == 0 {
+            return Err(ConfigError::ZeroPeriod);
+        }
+        if rate.tokens() == 0 {
+            return Err(ConfigError::ZeroRate);
+        }
+        let burst = self.burst_size();
+        if burst == 0 {
+            return Err(ConfigError::ZeroBurst);
+        }
+        let start = self.start_fill();
+        if start > burst {
+            return Err(ConfigError::StartAboveBurst { start, burst });
+        }
+        Ok(())
     }
 }
 

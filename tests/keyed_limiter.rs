@@ -3,7 +3,8 @@
 use core::time::Duration;
 
 use tollgate::{
-    ConfigError, Denied, KeyedDenied, KeyedLimiter, ManualClock, Quota, Rate, TokenBucket, WhenFull,
+    ConfigError, Denied, KeyedConfigError, KeyedDenied, KeyedLimiter, ManualClock, Quota, Rate,
+    TokenBucket, WhenFull,
 };
 
 #[test]
@@ -138,10 +139,13 @@ fn bad_input_is_an_error() {
     let clock = ManualClock::new();
     let quota = Quota::new(Rate::per_second(1));
     let zero = KeyedLimiter::<u8, _>::new(quota, &clock, 0, WhenFull::Refuse);
-    assert_eq!(zero.unwrap_err(), ConfigError::ZeroCapacity);
+    assert_eq!(zero.unwrap_err(), KeyedConfigError::ZeroCapacity);
     let bad =
         KeyedLimiter::<u8, _>::new(Quota::new(Rate::per_second(0)), &clock, 9, WhenFull::Refuse);
-    assert_eq!(bad.unwrap_err(), ConfigError::ZeroRate);
+    assert_eq!(
+        bad.unwrap_err(),
+        KeyedConfigError::Quota(ConfigError::ZeroRate)
+    );
     let limiter = KeyedLimiter::new(quota, &clock, 9, WhenFull::Refuse).unwrap();
     assert_eq!(
         limiter.try_acquire(&1u8, 2),

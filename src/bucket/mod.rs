@@ -316,12 +316,8 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
 
     /// Whole tokens in the bucket now; 0 while reservations hold it in debt.
     pub fn available(&self) -> u64 {
-        let p = &self.params;
-        let word = W::load(&self.word);
-        if word == p.unused {
-            return self.quota.start_fill();
-        }
-        p.tokens(word, p.units_at(self.clock.now()))
+        let now_units = self.params.units_at(self.clock.now());
+        self.params.tokens(self.cell().read(now_units), now_units)
     }
 
     /// How long until the bucket is full again, read to its resolution: the local fallback of
@@ -329,7 +325,8 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
     #[cfg(feature = "redis")]
     pub(crate) fn until_full(&self) -> Duration {
         let now = self.clock.now();
-        let ticks = self.params.ticks_to_full(W::load(&self.word), now);
+        let word = self.cell().read(self.params.units_at(now));
+        let ticks = self.params.ticks_to_full(word, now);
         ticks_to_duration_ceil::<C>(ticks)
     }
 

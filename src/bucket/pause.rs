@@ -199,11 +199,7 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
         let p = &self.params;
         let now = self.clock.now();
         let now_units = p.units_at(now);
-        let mut word = W::load(&self.word);
-        if word == p.unused {
-            // Not used yet: it would start at its start fill now.
-            word = p.fresh(now_units);
-        }
+        let word = self.cell().read(now_units);
         let retry = p
             .reserve(
                 word,

@@ -40,6 +40,18 @@ impl<'a, W: Word> WordCell<'a, W> {
         WordCell { word, params }
     }
 
+    /// The word as it reads at `now_units`, writing nothing: a word not used yet reads as its
+    /// start fill applied now, which is what its first use will write.
+    #[inline]
+    pub(crate) fn read(&self, now_units: u64) -> u64 {
+        let word = W::load(self.word);
+        if word == self.params.unused {
+            self.params.fresh(now_units)
+        } else {
+            word
+        }
+    }
+
     /// The CAS driver: runs `transition(word, now_units)` against the current word until the
     /// compare-exchange lands, or returns its error without writing.
     #[inline]

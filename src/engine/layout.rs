@@ -103,7 +103,7 @@ impl Params {
         ticks_per_second: u64,
         bits: u32,
     ) -> Result<Self, ConfigError> {
-        if let Some(error) = quota.window_error() {
+        if let Err(error) = quota.validate() {
             return Err(error);
         }
         match Self::solve_layout(quota, ticks_per_second, bits) {
@@ -135,27 +135,13 @@ impl Params {
         ticks_per_second: u64,
         bits: u32,
     ) -> Result<Self, ConfigError> {
+        // `solve` validated the quota.
         let rate = quota.rate();
-        if rate.is_out_of_range() {
-            return Err(ConfigError::RateOutOfRange);
-        }
-        if rate.period_ns() == 0 {
-            return Err(ConfigError::ZeroPeriod);
-        }
-        if rate.tokens() == 0 {
-            return Err(ConfigError::ZeroRate);
-        }
         if ticks_per_second == 0 {
             return Err(ConfigError::ZeroClockFrequency);
         }
         let burst = quota.burst_size();
-        if burst == 0 {
-            return Err(ConfigError::ZeroBurst);
-        }
         let start = quota.start_fill();
-        if start > burst {
-            return Err(ConfigError::StartAboveBurst { start, burst });
-        }
 
         // Tokens per tick, a / b in lowest terms.
         let a0 = rate.tokens() as u128 * 1_000_000_000;

@@ -14,15 +14,15 @@ use hashbrown::HashTable;
 use portable_atomic::AtomicU64;
 
 use super::{
-    protection_units, ticks_to_one_token, touch_word, units_to_evictable, KeyedDenied, WhenFull,
-    DEFAULT_PROTECTION,
+    protection_units, ticks_to_one_token, touch_word, units_to_evictable, KeyedConfigError,
+    KeyedDenied, WhenFull, DEFAULT_PROTECTION,
 };
 use crate::clock::{duration_to_ticks_floor, ticks_to_duration_ceil, Clock};
 use crate::engine::cell::WordCell;
 use crate::engine::layout::Params;
 use crate::engine::sync::Ordering;
 use crate::engine::word::{DefaultWord, Word};
-use crate::{ConfigError, Quota};
+use crate::Quota;
 
 /// A concurrent per-key limiter for servers: one bucket per client, address or API key, all on
 /// one quota and one clock, in at most `capacity` entries.
@@ -68,7 +68,7 @@ use crate::{ConfigError, Quota};
 /// clock.advance(Duration::from_secs(1)); // both buckets are full again
 /// assert_eq!(per_client.sweep(), 2);
 /// assert!(per_client.is_empty());
-/// # Ok::<(), tollgate::ConfigError>(())
+/// # Ok::<(), tollgate::KeyedConfigError>(())
 /// ```
 pub struct KeyedLimiter<K, C, W: Word = DefaultWord> {
     shards: Box<[Shard<K, W>]>,
@@ -123,7 +123,7 @@ impl<K: Hash + Eq + Clone, C: Clock> KeyedLimiter<K, C> {
         clock: C,
         capacity: usize,
         when_full: WhenFull,
-    ) -> Result<Self, ConfigError> {
+    ) -> Result<Self, KeyedConfigError> {
         Self::new_with_word(quota, clock, capacity, when_full)
     }
 
@@ -135,7 +135,7 @@ impl<K: Hash + Eq + Clone, C: Clock> KeyedLimiter<K, C> {
         capacity: usize,
         when_full: WhenFull,
         shards: usize,
-    ) -> Result<Self, ConfigError> {
+    ) -> Result<Self, KeyedConfigError> {
         Self::build(quota, clock, capacity, when_full, shards)
     }
 }
@@ -148,7 +148,7 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word> KeyedLimiter<K, C, W> {
         clock: C,
         capacity: usize,
         when_full: WhenFull,
-    ) -> Result<Self, ConfigError> {
+    ) -> Result<Self, KeyedConfigError> {
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
         Self::build(quota, clock, capacity, when_full, cpus.saturating_mul(4))
     }
@@ -172,9 +172,9 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word> KeyedLimiter<K, C, W> {
         capacity: usize,
         when_full: WhenFull,
         shards: usize,
-    ) -> Result<Self, ConfigError> {
+    ) -> Result<Self, KeyedConfigError> {
         if capacity == 0 {
-            return Err(ConfigError::ZeroCapacity);
+            return Err(KeyedConfigError::ZeroCapacity);
         }
         let params = Params::solve(&quota, C::TICKS_PER_SECOND, W::BITS)?;
         // The largest power of two at most both `shards` and `capacity`.

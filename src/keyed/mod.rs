@@ -27,7 +27,7 @@ use core::fmt;
 use core::time::Duration;
 
 use crate::engine::layout::Params;
-use crate::Denied;
+use crate::{ConfigError, Denied};
 
 #[cfg(feature = "std")]
 mod map;
@@ -57,6 +57,41 @@ pub enum WhenFull {
     Admit,
     /// Fail closed: refuse with [`KeyedDenied::Full`]. Strictness over availability.
     Refuse,
+}
+
+/// Why a keyed limiter could not be built.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum KeyedConfigError {
+    /// The quota cannot be used on this clock and word, as for a single bucket.
+    Quota(ConfigError),
+    /// The limiter was asked to hold no keys.
+    ZeroCapacity,
+}
+
+impl From<ConfigError> for KeyedConfigError {
+    fn from(error: ConfigError) -> Self {
+        KeyedConfigError::Quota(error)
+    }
+}
+
+impl fmt::Display for KeyedConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KeyedConfigError::Quota(error) => write!(f, "invalid quota: {error}"),
+            KeyedConfigError::ZeroCapacity => f.write_str("keyed limiter capacity is zero"),
+        }
+    }
+}
+
+impl core::error::Error for KeyedConfigError {
+    fn source(&self) -> Option<&(dyn core::error::Error + 'static)> {
+        match self {
+            KeyedConfigError::Quota(error) => Some(error),
+            KeyedConfigError::ZeroCapacity => None,
+        }
+    }
 }
 
 /// Why a keyed table did not grant a request. A denial takes nothing.

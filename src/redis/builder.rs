@@ -1,7 +1,7 @@
 //! [`Builder`]: the quota, the key, the fault policy and the timeout of a Redis bucket.
 
 use core::time::Duration;
-use std::string::{String, ToString};
+use std::string::String;
 use std::sync::atomic::AtomicBool;
 #[cfg(test)]
 use std::sync::atomic::AtomicU64;
@@ -56,8 +56,8 @@ impl Builder {
         let bucket = self.connect_lazy()?;
         match bucket.inner.call(Op::Peek).await {
             Ok(_) => Ok(bucket),
-            Err(Fault::Redis(error) | Fault::Rejected(error)) => Err(setup_error(&error)),
-            Err(fault) => Err(SetupError::Unreachable(fault.to_string())),
+            Err(Fault::Redis(error) | Fault::Rejected(error)) => Err(setup_error(error)),
+            Err(Fault::Timeout { after }) => Err(SetupError::Timeout { after }),
         }
     }
 

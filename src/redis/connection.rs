@@ -1,7 +1,6 @@
 //! [`RedisConnection`]: the one connection to a server that every bucket of a process shares.
 
 use core::time::Duration;
-use std::string::ToString;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -65,7 +64,7 @@ impl RedisConnection {
     /// a tokio runtime.
     pub fn new(client: Client) -> Result<Self, SetupError> {
         if tokio::runtime::Handle::try_current().is_err() {
-            return Err(SetupError::Unreachable("not within a tokio runtime".into()));
+            return Err(SetupError::NoRuntime);
         }
         let manager = manager(&client)?;
         let base = Instant::now();
@@ -95,10 +94,10 @@ impl RedisConnection {
         let ping = command.query_async::<()>(&mut manager);
         match tokio::time::timeout(CONNECT_TIMEOUT, ping).await {
             Ok(Ok(())) => Ok(connection),
-            Ok(Err(error)) => Err(setup_error(&error)),
-            Err(_) => Err(SetupError::Unreachable(
-                "no answer from Redis within 1s".into(),
-            )),
+            Ok(Err(error)) => Err(setup_error(error)),
+            Err(_) => Err(SetupError::Timeout {
+                after: CONNECT_TIMEOUT,
+            }),
         }
     }
 
@@ -125,16 +124,15 @@ fn manager(client: &Client) -> Result<ConnectionManager, SetupError> {
         .set_number_of_retries(1)
         .set_min_delay(Duration::from_millis(10))
         .set_max_delay(Duration::from_millis(100));
-    ConnectionManager::new_lazy_with_config(client.clone(), config)
-        .map_err(|error| SetupError::Unreachable(error.to_string()))
+    ConnectionManager::new_lazy_with_config(client.clone(), config).map_err(SetupError::Unreachable)
 }
 
 /// `connect`'s verdict on an error: could not reach Redis, or Redis said no.
-pub(super) fn setup_error(error: &RedisError) -> SetupError {
-    if is_fault(error) {
-        SetupError::Unreachable(error.to_string())
+pub(super) fn setup_error(error: RedisError) -> SetupError {
+    if is_fault(&error) {
+        SetupError::Unreachable(error)
     } else {
-        SetupError::Refused(error.to_string())
+        SetupError::Refused(error)
     }
 }
 

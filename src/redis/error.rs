@@ -1,11 +1,10 @@
 //! What a Redis bucket answers when it cannot grant, and why one could not be built.
 
+use super::Source;
+use crate::error::Readable;
+use crate::{ConfigError, Denied};
 use core::fmt;
 use core::time::Duration;
-use std::string::String;
-
-use super::Source;
-use crate::{ConfigError, Denied};
 
 /// Why a [`RedisBucket`](super::RedisBucket) call did not grant.
 #[derive(Debug)]
@@ -99,7 +98,9 @@ pub enum Fault {
 impl fmt::Display for Fault {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Fault::Timeout { after } => write!(f, "no answer from Redis within {after:?}"),
+            Fault::Timeout { after } => {
+                write!(f, "no answer from Redis within {}", Readable(*after))
+            }
             Fault::Redis(error) => write!(f, "Redis: {error}"),
             Fault::Rejected(error) => write!(f, "Redis rejected the call: {error}"),
         }
@@ -116,7 +117,7 @@ impl std::error::Error for Fault {
 }
 
 /// Why a [`RedisBucket`](super::RedisBucket) could not be built.
-#[derive(Debug, PartialEq)]
+#[derive(Debug)]
 #[non_exhaustive]
 pub enum SetupError {
     /// The quota is invalid whatever holds it.
@@ -128,12 +129,21 @@ pub enum SetupError {
     Unrepresentable,
     /// The fallback quota of [`FaultPolicy::Fallback`](super::FaultPolicy) is invalid.
     Fallback(ConfigError),
-    /// Redis could not be reached when [`connect`](super::Builder::connect) required it (or
-    /// there was no tokio runtime to connect from).
-    Unreachable(String),
+    /// Redis could not be reached when [`connect`](super::Builder::connect) required it: the
+    /// connection failed or dropped, or Redis was loading or failing over. The error is the
+    /// `source()`.
+    Unreachable(::redis::RedisError),
+    /// Redis did not answer within the time `connect` gives it.
+    Timeout {
+        /// How long it waited.
+        after: Duration,
+    },
     /// Redis was reached and answered with an error: a wrong password, a key of another type,
-    /// a read-only replica.
-    Refused(String),
+    /// a read-only replica. The error is the `source()`.
+    Refused(::redis::RedisError),
+    /// [`RedisConnection::new`](super::RedisConnection::new) was called outside a tokio
+    /// runtime: call it from within one (the connection's calls run on it).
+    NoRuntime,
 }
 
 impl fmt::Display for SetupError {
@@ -145,10 +155,26 @@ impl fmt::Display for SetupError {
                  count tokens in coarser units or lower the burst",
             ),
             SetupError::Fallback(error) => write!(f, "invalid fallback quota: {error}"),
-            SetupError::Unreachable(error) => write!(f, "cannot reach Redis: {error}"),
-            SetupError::Refused(error) => write!(f, "Redis refused: {error}"),
+            SetupError::Unreachable(_) => f.write_str("cannot reach Redis"),
+            SetupError::Timeout { after } => {
+                write!(f, "no answer from Redis within {}", Readable(*after))
+            }
+            SetupError::Refused(_) => f.write_str("Redis refused the connection's first call"),
+            SetupError::NoRuntime => {
+                f.write_str("a Redis connection must be set up within a tokio runtime")
+            }
         }
     }
 }
 
-impl std::error::Error for SetupError {}
+impl std::error::Error for SetupError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            SetupError::Quota(error) | SetupError::Fallback(error) => Some(error),
+            SetupError::Unreachable(error) | SetupError::Refused(error) => Some(error),
+            SetupError::Unrepresentable | SetupError::Timeout { .. } | SetupError::NoRuntime => {
+                None
+            }
+        }
+    }
+}

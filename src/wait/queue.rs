@@ -541,10 +541,7 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
         let cell = self.cell();
         let p = cell.params;
         let now_units = p.units_at(now_ticks);
-        let mut word = W::load(cell.word);
-        if word == p.unused {
-            word = p.fresh(now_units);
-        }
+        let word = cell.read(now_units);
         // Within the range `take` reads: beyond the debt bound a wait is decades anyway.
         let units = units.min(p.max_debt_units);
         match p.take(word, now_units, units, 0) {
