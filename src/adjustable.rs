@@ -3,8 +3,7 @@
 use core::num::NonZeroU64;
 use core::time::Duration;
 
-use crate::bucket::pause_ticks_for;
-use crate::clock::{ticks_to_duration_ceil, Clock};
+use crate::clock::{duration_to_ticks_ceil, ticks_to_duration_ceil, Clock};
 use crate::engine::layout::Params;
 use crate::engine::sync::{fence, spin_loop, AtomicBool, AtomicU64, Ordering};
 use crate::{ConfigError, Denied, Pause, Quota, TickRate};
@@ -235,13 +234,12 @@ impl<C: Clock> AdjustableBucket<C> {
     /// [`max_pause`](Self::max_pause).
     pub fn pause_for(&self, duration: Duration) -> Pause {
         let now = self.clock.now();
-        let ticks = pause_ticks_for::<C>(duration);
+        let ticks = duration_to_ticks_ceil::<C>(duration);
         let mut used = None;
         let outcome = self.update(
             |p, word, now_units| {
                 used = Some(*p);
                 p.paused_for(word, now, now_units, ticks)
-                    .map_err(|()| p.debt(word, now_units))
             },
             now,
         );

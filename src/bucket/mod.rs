@@ -10,9 +10,6 @@ use crate::engine::word::{DefaultWord, Word};
 use crate::{ConfigError, Denied, Quota};
 
 mod pause;
-crate::with_atomic64! {
-    pub(crate) use pause::pause_ticks_for;
-}
 pub use pause::Pause;
 
 /// A lock-free token bucket whose whole state is one atomic word.

@@ -4,7 +4,9 @@
 use core::time::Duration;
 
 use super::{Reservation, TokenBucket};
-use crate::clock::{duration_to_ticks_floor, ticks_to_duration_ceil, Clock};
+use crate::clock::{
+    duration_to_ticks_ceil, duration_to_ticks_floor, ticks_to_duration_ceil, Clock,
+};
 use crate::engine::layout::Params;
 use crate::{Denied, Word};
 
@@ -45,83 +47,6 @@ impl Pause {
     }
 }
 
-/// Ticks for a pause of `duration`: rounded up, so that the pause is never shorter than asked.
-pub(crate) fn pause_ticks_for<C: Clock>(duration: Duration) -> u64 {
-    let ticks = duration_to_ticks_floor::<C>(duration);
-    if ticks_to_duration_ceil::<C>(ticks) < duration {
-        ticks.saturating_add(1)
-    } else {
-        ticks
-    }
-}
-
-/// The pause, for every bucket kind: one transition and one answer.
-impl Params {
-    /// The longest pause the word can hold, in ticks: the debt bound.
-    pub(crate) fn max_pause_ticks(&self) -> u64 {
-        let a = self.units_per_quantum.get();
-        if self.fraction_bits != 0 {
-            let ticks = (u128::from(self.max_debt_units) << self.fraction_bits) / u128::from(a);
-            return u64::try_from(ticks).unwrap_or(u64::MAX);
-        }
-        (self.max_debt_units / a)
-            .checked_shl(self.shift)
-            .unwrap_or(u64::MAX)
-    }
-
-    /// The word paused from `now_ticks` for `ticks` (at most [`max_pause_ticks`]), and, when
-    /// debt already held it at least as long, the units of that debt.
-    ///
-    /// A word already held longer is still moved, by one unit (past the debt bound if need be):
-    /// reservations made before the pause then no longer stand last, so none of them can be
-    /// given back into the pause (see `Params::give_back`), which would end it early.
-    pub(crate) fn paused_for(
-        &self,
-        word: u64,
-        now_ticks: u64,
-        now_units: u64,
-        ticks: u64,
-    ) -> Result<(u64, Option<u64>), ()> {
-        let ticks = ticks.min(self.max_pause_ticks());
-        // Read to the resolution: a grant needs the reading past the instant's, so none comes
-        // before it.
-        let resumes_at = now_ticks.wrapping_add(ticks);
-        let pause_units = self.elapsed(self.units_at(resumes_at), now_units).max(0) as u64;
-        if let Some(word) = self.paused(word, now_units, pause_units) {
-            return Ok((word, None));
-        }
-        // One unit past the debt bound at most: no reservation ever stands there, and a word
-        // already there is fenced.
-        let debt = self.debt(word, now_units);
-        if debt > self.max_debt_units {
-            return Err(());
-        }
-        Ok((self.fenced(now_units, debt + 1), Some(debt)))
-    }
-
-    /// What a pause of `ticks` asked at `now_ticks` did, given the debt that already held the
-    /// bucket longer, if any (`Err` when the word was at its debt bound and left as it was).
-    pub(crate) fn pause_answer<C: Clock>(
-        &self,
-        now_ticks: u64,
-        ticks: u64,
-        longer: Result<Option<u64>, u64>,
-    ) -> Pause {
-        let max = self.max_pause_ticks();
-        match longer {
-            Ok(None) if ticks > max => Pause::Clamped {
-                resumes_after: ticks_to_duration_ceil::<C>(max),
-            },
-            Ok(None) => Pause::Paused {
-                resumes_after: ticks_to_duration_ceil::<C>(ticks),
-            },
-            Ok(Some(debt_units)) | Err(debt_units) => Pause::AlreadyLonger {
-                resumes_after: ticks_to_duration_ceil::<C>(self.ticks_until(now_ticks, debt_units)),
-            },
-        }
-    }
-}
-
 impl<C: Clock, W: Word> TokenBucket<C, W> {
     /// Grants nothing for `duration` from now, then resumes empty: what to do after an upstream
     /// answers 429 with `Retry-After`.
@@ -154,7 +79,7 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
     /// ```
     pub fn pause_for(&self, duration: Duration) -> Pause {
         let now = self.clock.now();
-        self.pause_ticks(now, pause_ticks_for::<C>(duration))
+        self.pause_ticks(now, duration_to_ticks_ceil::<C>(duration))
     }
 
     /// Grants nothing before the clock reads `until_ticks`, then resumes empty: as
@@ -176,7 +101,6 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
         let p = &self.params;
         let outcome = self.update(now, |word, now_units| {
             p.paused_for(word, now, now_units, ticks)
-                .map_err(|()| p.debt(word, now_units))
         });
         p.pause_answer::<C>(now, ticks, outcome)
     }

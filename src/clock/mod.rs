@@ -52,6 +52,16 @@ pub(crate) fn ticks_to_duration_ceil<C: Clock + ?Sized>(ticks: u64) -> Duration 
     }
 }
 
+/// The ticks of `duration`, rounded up: a pause or a sleep is never shorter than asked.
+pub(crate) fn duration_to_ticks_ceil<C: Clock + ?Sized>(duration: Duration) -> u64 {
+    let ticks = duration_to_ticks_floor::<C>(duration);
+    if ticks_to_duration_ceil::<C>(ticks) < duration {
+        ticks.saturating_add(1)
+    } else {
+        ticks
+    }
+}
+
 /// The whole ticks within `duration`, rounded down and saturating at `u64::MAX`.
 pub(crate) fn duration_to_ticks_floor<C: Clock + ?Sized>(duration: Duration) -> u64 {
     let per_second = C::TICKS_PER_SECOND;

@@ -35,6 +35,7 @@
 //! into a gift of tokens.
 
 mod approx;
+mod pause;
 mod transition;
 
 use core::num::NonZeroU64;

@@ -32,7 +32,7 @@ use core::time::Duration;
 use std::collections::VecDeque;
 use std::vec::Vec;
 
-use crate::clock::{duration_to_ticks_floor, ticks_to_duration_ceil};
+use crate::clock::{duration_to_ticks_ceil, duration_to_ticks_floor, ticks_to_duration_ceil};
 use crate::engine::sync::{Mutex, MutexGuard};
 use crate::{Clock, Denied, TokenBucket, Word};
 
@@ -315,7 +315,7 @@ impl<'a, C: Clock, W: Word, const N: usize> Waiter<'a, C, W, N> {
                     return Step::Done(Ok((taken, self.waited(now))));
                 }
                 Err(Denied::Insufficient { retry_after }) => {
-                    let retry = duration_to_ceil_ticks::<C>(retry_after);
+                    let retry = duration_to_ticks_ceil::<C>(retry_after);
                     if let Some(left) = self.time_left(now) {
                         if retry > left {
                             self.leave(&mut locked, now);
@@ -366,7 +366,7 @@ impl<'a, C: Clock, W: Word, const N: usize> Waiter<'a, C, W, N> {
             match take() {
                 Ok(taken) => return Step::Done(Ok((taken, Duration::ZERO))),
                 Err(Denied::Insufficient { retry_after }) => {
-                    duration_to_ceil_ticks::<C>(retry_after)
+                    duration_to_ticks_ceil::<C>(retry_after)
                 }
                 Err(never) => return Step::Done(Err(never)),
             }
@@ -522,16 +522,6 @@ fn hand_on<C: Clock, W: Word>(
 
 fn key_of<C, W: Word>(bucket: &TokenBucket<C, W>) -> usize {
     bucket as *const TokenBucket<C, W> as usize
-}
-
-/// A `retry_after` back in ticks, rounded up so that a waiter never wakes early.
-fn duration_to_ceil_ticks<C: Clock>(duration: Duration) -> u64 {
-    let ticks = duration_to_ticks_floor::<C>(duration);
-    if ticks_to_duration_ceil::<C>(ticks) < duration {
-        ticks.saturating_add(1)
-    } else {
-        ticks
-    }
 }
 
 impl<C: Clock, W: Word> TokenBucket<C, W> {

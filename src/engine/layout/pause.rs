@@ -1,0 +1,75 @@
+//! The pause after an upstream's 429, for every bucket kind: the longest pause the word holds,
+//! the transition that pauses a word, and what a pause answers.
+
+use crate::clock::{ticks_to_duration_ceil, Clock};
+use crate::Pause;
+
+use super::Params;
+
+/// The pause, for every bucket kind: one bound, one transition and one answer.
+impl Params {
+    /// The longest pause the word can hold, in ticks: the debt bound.
+    pub(crate) fn max_pause_ticks(&self) -> u64 {
+        let a = self.units_per_quantum.get();
+        if self.fraction_bits != 0 {
+            let ticks = (u128::from(self.max_debt_units) << self.fraction_bits) / u128::from(a);
+            return u64::try_from(ticks).unwrap_or(u64::MAX);
+        }
+        (self.max_debt_units / a)
+            .checked_shl(self.shift)
+            .unwrap_or(u64::MAX)
+    }
+
+    /// The word paused from `now_ticks` for `ticks` (at most [`max_pause_ticks`]), and, when
+    /// debt already held it at least as long, the units of that debt; `Err(debt units)` when
+    /// the word stands past its debt bound and is left as it is.
+    ///
+    /// A word already held longer is still moved, by one unit (past the debt bound if need be):
+    /// reservations made before the pause then no longer stand last, so none of them can be
+    /// given back into the pause (see `Params::give_back`), which would end it early.
+    pub(crate) fn paused_for(
+        &self,
+        word: u64,
+        now_ticks: u64,
+        now_units: u64,
+        ticks: u64,
+    ) -> Result<(u64, Option<u64>), u64> {
+        let ticks = ticks.min(self.max_pause_ticks());
+        // Read to the resolution: a grant needs the reading past the instant's, so none comes
+        // before it.
+        let resumes_at = now_ticks.wrapping_add(ticks);
+        let pause_units = self.elapsed(self.units_at(resumes_at), now_units).max(0) as u64;
+        if let Some(word) = self.paused(word, now_units, pause_units) {
+            return Ok((word, None));
+        }
+        // One unit past the debt bound at most: no reservation ever stands there, and a word
+        // already there is fenced.
+        let debt = self.debt(word, now_units);
+        if debt > self.max_debt_units {
+            return Err(debt);
+        }
+        Ok((self.fenced(now_units, debt + 1), Some(debt)))
+    }
+
+    /// What a pause of `ticks` asked at `now_ticks` did, given the debt that already held the
+    /// bucket longer, if any (`Err` when the word was at its debt bound and left as it was).
+    pub(crate) fn pause_answer<C: Clock>(
+        &self,
+        now_ticks: u64,
+        ticks: u64,
+        longer: Result<Option<u64>, u64>,
+    ) -> Pause {
+        let max = self.max_pause_ticks();
+        match longer {
+            Ok(None) if ticks > max => Pause::Clamped {
+                resumes_after: ticks_to_duration_ceil::<C>(max),
+            },
+            Ok(None) => Pause::Paused {
+                resumes_after: ticks_to_duration_ceil::<C>(ticks),
+            },
+            Ok(Some(debt_units)) | Err(debt_units) => Pause::AlreadyLonger {
+                resumes_after: ticks_to_duration_ceil::<C>(self.ticks_until(now_ticks, debt_units)),
+            },
+        }
+    }
+}
