@@ -192,6 +192,18 @@ fn unpack(f: &[u64; FIELDS]) -> Option<Params> {
 }
 
 impl<C: Clock> AdjustableBucket<C> {
+    /// A bucket for `quota`, as [`try_new`](Self::try_new), for quotas known to be good.
+    ///
+    /// # Panics
+    ///
+    /// When the quota cannot be used on this clock (see [`ConfigError`]).
+    pub fn new(quota: Quota, clock: C) -> Self {
+        match Self::try_new(quota, clock) {
+            Ok(bucket) => bucket,
+            Err(error) => panic!("{}", error.message()),
+        }
+    }
+
     /// A bucket for `quota` on the 32-bit layout. Reads the clock and applies the start fill
     /// now.
     pub fn try_new(quota: Quota, clock: C) -> Result<Self, ConfigError> {

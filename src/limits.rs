@@ -115,7 +115,7 @@ impl<'a, C: Clock, const N: usize, W: Word> Limits<'a, C, N, W> {
             match bucket.reserve(cost, max_wait) {
                 Ok(part) => parts[i] = Some(part),
                 Err(denied) => {
-                    self.refund(&mut parts);
+                    self.refund_parts(&mut parts);
                     return Err(self.longest(denied, i, &costs, max_wait));
                 }
             }
@@ -172,7 +172,13 @@ impl<'a, C: Clock, const N: usize, W: Word> Limits<'a, C, N, W> {
         &self.jitter
     }
 
-    fn refund(&self, parts: &mut [Option<Reservation>; N]) {
+    /// Gives every part back, due or not (see [`TokenBucket::refund`]): for a take the caller
+    /// will not act on after all.
+    pub(crate) fn refund(&self, mut taken: LimitsReservation<N>) {
+        self.refund_parts(&mut taken.parts);
+    }
+
+    fn refund_parts(&self, parts: &mut [Option<Reservation>; N]) {
         for (bucket, part) in self.buckets.iter().zip(parts.iter_mut()) {
             if let Some(part) = part.take() {
                 bucket.refund(part);
@@ -220,18 +226,7 @@ impl<C: Clock, const N: usize, W: Word> Limits<'_, C, N, W> {
         timeout: Duration,
     ) -> Result<Duration, Denied> {
         let waiter = crate::wait::queue::Waiter::new(self.buckets, costs, Some(timeout))?;
-        let (_taken, waited) =
-            crate::wait::wait_blocking(waiter, || self.reserve(costs, Duration::ZERO))?;
-        // A caller served at once has no crowd to spread from.
-        let jitter = if waited.is_zero() {
-            Duration::ZERO
-        } else {
-            self.jitter.next()
-        };
-        if !jitter.is_zero() {
-            std::thread::sleep(jitter);
-        }
-        Ok(waited + jitter)
+        crate::wait::acquire_blocking(self, waiter, costs, &self.jitter)
     }
 }
 
@@ -268,13 +263,7 @@ impl<C: Clock, const N: usize, W: Word> Limits<'_, C, N, W> {
         costs: [u32; N],
         delay: &mut impl embedded_hal::delay::DelayNs,
     ) -> Result<Duration, Denied> {
-        let mut waited = crate::wait::wait_with_delay(delay, || self.try_acquire(costs))?;
-        if !waited.is_zero() {
-            let jitter = self.jitter.next();
-            crate::wait::delay_for(delay, jitter);
-            waited += jitter;
-        }
-        Ok(waited)
+        crate::wait::acquire_with_delay(self, costs, delay, &self.jitter)
     }
 }
 
@@ -297,38 +286,6 @@ impl<C: Clock, const N: usize, W: Word> Limits<'_, C, N, W> {
         timeout: Duration,
     ) -> Result<Duration, Denied> {
         let waiter = crate::wait::queue::Waiter::new(self.buckets, costs, Some(timeout))?;
-        let (taken, waited) =
-            crate::wait::wait_async(waiter, || self.reserve(costs, Duration::ZERO)).await?;
-        if waited.is_zero() {
-            return Ok(waited);
-        }
-        let jitter = self.jitter.next();
-        if jitter.is_zero() {
-            return Ok(waited);
-        }
-        let mut guard = RefundOnDrop {
-            limits: self,
-            taken: Some(taken),
-        };
-        ::tokio::time::sleep(jitter).await;
-        let _acted = guard.taken.take();
-        Ok(waited + jitter)
-    }
-}
-
-/// Holds the parts taken while the caller sleeps its jitter, and gives them back if the future
-/// is dropped first.
-#[cfg(feature = "tokio")]
-struct RefundOnDrop<'l, 'a, C: Clock, const N: usize, W: Word> {
-    limits: &'l Limits<'a, C, N, W>,
-    taken: Option<LimitsReservation<N>>,
-}
-
-#[cfg(feature = "tokio")]
-impl<C: Clock, const N: usize, W: Word> Drop for RefundOnDrop<'_, '_, C, N, W> {
-    fn drop(&mut self) {
-        if let Some(mut taken) = self.taken.take() {
-            self.limits.refund(&mut taken.parts);
-        }
+        crate::wait::acquire_async(self, waiter, costs, &self.jitter).await
     }
 }

@@ -6,7 +6,8 @@ use std::task::{Wake, Waker};
 use std::thread::{self, Thread};
 
 use super::queue::{Step, Waiter};
-use crate::{Clock, Denied, TokenBucket, Word};
+use super::{jitter_after, CancelOnDrop, ReserveCancel};
+use crate::{Clock, Denied, Jitter, TokenBucket, Word};
 
 /// Wakes a parked thread.
 struct Unpark(Thread);
@@ -22,7 +23,7 @@ impl Wake for Unpark {
 
 /// Runs `waiter` on this thread until it is served or gives up: parks between looks, for at
 /// most its timer.
-pub(crate) fn wait_blocking<C: Clock, W: Word, const N: usize, T>(
+fn wait_blocking<C: Clock, W: Word, const N: usize, T>(
     mut waiter: Waiter<'_, C, W, N>,
     mut take: impl FnMut() -> Result<T, Denied>,
 ) -> Result<(T, Duration), Denied> {
@@ -38,6 +39,24 @@ pub(crate) fn wait_blocking<C: Clock, W: Word, const N: usize, T>(
             }
         }
     }
+}
+
+/// Waits in line for `cost` from `gate`, then sleeps `jitter` holding the take: every blocking
+/// wait. Returns the time waited, the jitter included.
+pub(crate) fn acquire_blocking<G: ReserveCancel, C: Clock, W: Word, const N: usize>(
+    gate: &G,
+    waiter: Waiter<'_, C, W, N>,
+    cost: G::Cost,
+    jitter: &Jitter,
+) -> Result<Duration, Denied> {
+    let (taken, waited) = wait_blocking(waiter, || gate.reserve_now(cost))?;
+    let guard = CancelOnDrop::new(gate, taken);
+    let jitter = jitter_after(jitter, waited);
+    if !jitter.is_zero() {
+        thread::sleep(jitter);
+    }
+    guard.keep();
+    Ok(waited + jitter)
 }
 
 impl<C: Clock, W: Word> TokenBucket<C, W> {
@@ -91,6 +110,6 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
             return Ok(Duration::ZERO);
         }
         let waiter = Waiter::new([self], [n], Some(timeout))?;
-        wait_blocking(waiter, || self.try_acquire(n)).map(|((), waited)| waited)
+        acquire_blocking(self, waiter, n, &Jitter::none())
     }
 }

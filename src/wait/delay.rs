@@ -4,7 +4,8 @@ use core::time::Duration;
 
 use embedded_hal::delay::DelayNs;
 
-use crate::{Clock, Denied, TokenBucket, Word};
+use super::{jitter_after, CancelOnDrop, ReserveCancel};
+use crate::{Clock, Denied, Jitter, TokenBucket, Word};
 
 impl<C: Clock, W: Word> TokenBucket<C, W> {
     /// Takes `n` tokens, waiting on `delay` until they have accrued; returns the time waited.
@@ -60,16 +61,32 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
     }
 }
 
+/// Tries `gate` until it grants `cost`, sleeping on `delay` while it is short, then sleeps
+/// `jitter` holding the take. Returns the time slept, the jitter included.
+pub(crate) fn acquire_with_delay<G: ReserveCancel>(
+    gate: &G,
+    cost: G::Cost,
+    delay: &mut impl DelayNs,
+    jitter: &Jitter,
+) -> Result<Duration, Denied> {
+    let (taken, waited) = wait_with_delay(delay, || gate.reserve_now(cost))?;
+    let guard = CancelOnDrop::new(gate, taken);
+    let jitter = jitter_after(jitter, waited);
+    delay_for(delay, jitter);
+    guard.keep();
+    Ok(waited + jitter)
+}
+
 /// Tries `take`; while it is short, sleeps its `retry_after` on `delay` and tries again.
 /// Returns the time slept.
-pub(crate) fn wait_with_delay(
+fn wait_with_delay<T>(
     delay: &mut impl DelayNs,
-    mut take: impl FnMut() -> Result<(), Denied>,
-) -> Result<Duration, Denied> {
+    mut take: impl FnMut() -> Result<T, Denied>,
+) -> Result<(T, Duration), Denied> {
     let mut waited = Duration::ZERO;
     loop {
         match take() {
-            Ok(()) => return Ok(waited),
+            Ok(taken) => return Ok((taken, waited)),
             Err(Denied::Insufficient { retry_after }) => {
                 delay_for(delay, retry_after);
                 waited = waited.saturating_add(retry_after);

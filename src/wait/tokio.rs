@@ -9,7 +9,8 @@ use std::boxed::Box;
 use ::tokio::time::{sleep_until, Instant, Sleep};
 
 use super::queue::{Step, Waiter};
-use crate::{Clock, Denied, TokenBucket, Word};
+use super::{jitter_after, CancelOnDrop, ReserveCancel};
+use crate::{Clock, Denied, Jitter, TokenBucket, Word};
 
 /// Runs `waiter` as a task until it is served or gives up: one tokio timer for its turn, and
 /// the head before it wakes it early if its turn comes sooner. Dropping the future drops the
@@ -45,6 +46,25 @@ pub(crate) async fn wait_async<C: Clock, W: Word, const N: usize, T>(
         }
     })
     .await
+}
+
+/// Waits in line for `cost` from `gate`, then sleeps `jitter` holding the take: every async
+/// wait. Cancel-safe: dropped in line it has taken nothing; dropped during its jitter it gives
+/// the take back. Returns the time waited, the jitter included.
+pub(crate) async fn acquire_async<G: ReserveCancel, C: Clock, W: Word, const N: usize>(
+    gate: &G,
+    waiter: Waiter<'_, C, W, N>,
+    cost: G::Cost,
+    jitter: &Jitter,
+) -> Result<Duration, Denied> {
+    let (taken, waited) = wait_async(waiter, || gate.reserve_now(cost)).await?;
+    let guard = CancelOnDrop::new(gate, taken);
+    let jitter = jitter_after(jitter, waited);
+    if !jitter.is_zero() {
+        ::tokio::time::sleep(jitter).await;
+    }
+    guard.keep();
+    Ok(waited + jitter)
 }
 
 impl<C: Clock, W: Word> TokenBucket<C, W> {
@@ -117,8 +137,6 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
             return Ok(Duration::ZERO);
         }
         let waiter = Waiter::new([self], [n], Some(timeout))?;
-        wait_async(waiter, || self.try_acquire(n))
-            .await
-            .map(|((), waited)| waited)
+        acquire_async(self, waiter, n, &Jitter::none()).await
     }
 }
