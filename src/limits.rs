@@ -49,7 +49,7 @@ pub struct Limits<'a, C: Clock, const N: usize, W: Word = DefaultWord> {
 #[derive(Debug)]
 #[must_use = "the tokens are taken: act after `wait()`, or give them back with `Limits::cancel`"]
 pub struct LimitsReservation<const N: usize> {
-    parts: [Option<Reservation>; N],
+    pub(crate) parts: [Option<Reservation>; N],
     /// Per bucket, the tick on its clock at which the caller may act: the latest part's instant.
     acts_at_ticks: [u64; N],
     wait: Duration,
@@ -172,13 +172,9 @@ impl<'a, C: Clock, const N: usize, W: Word> Limits<'a, C, N, W> {
         &self.jitter
     }
 
-    /// Gives every part back, due or not (see [`TokenBucket::refund`]): for a take the caller
+    /// Gives every part back, due or not (see `TokenBucket::refund`): for a take the caller
     /// will not act on after all.
-    pub(crate) fn refund(&self, mut taken: LimitsReservation<N>) {
-        self.refund_parts(&mut taken.parts);
-    }
-
-    fn refund_parts(&self, parts: &mut [Option<Reservation>; N]) {
+    pub(crate) fn refund_parts(&self, parts: &mut [Option<Reservation>; N]) {
         for (bucket, part) in self.buckets.iter().zip(parts.iter_mut()) {
             if let Some(part) = part.take() {
                 bucket.refund(part);

@@ -317,10 +317,21 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
         self.params.tokens(self.cell().read(now_units), now_units)
     }
 
-    /// How long until the bucket is full again, read to its resolution: the local fallback of
-    /// the Redis bucket reports it like the script does.
-    #[cfg(feature = "redis")]
-    pub(crate) fn until_full(&self) -> Duration {
+    /// How long until the bucket is full again if nobody takes from it, read to its
+    /// resolution: the `reset` a `RateLimit` header reports. Zero when it is full.
+    ///
+    /// ```
+    /// use core::time::Duration;
+    /// use tollgate::{ManualClock, Quota, Rate, TokenBucket};
+    ///
+    /// let clock = ManualClock::new();
+    /// let bucket = TokenBucket::try_new(Quota::new(Rate::per_second(4)).burst(4), &clock)?;
+    /// assert_eq!(bucket.until_full(), Duration::ZERO);
+    /// bucket.try_acquire(3).unwrap();
+    /// assert_eq!(bucket.until_full(), Duration::from_millis(750));
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn until_full(&self) -> Duration {
         let now = self.clock.now();
         let word = self.cell().read(self.params.units_at(now));
         let ticks = self.params.ticks_to_full(word, now);

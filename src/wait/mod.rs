@@ -10,12 +10,13 @@
 //! is its own (`redis::line`): its takes are calls to Redis, which this trait's synchronous
 //! take cannot make.
 
-use core::time::Duration;
-
 #[cfg(feature = "std")]
 mod blocking;
+// Only the waits use it, and without them there are none.
 #[cfg(feature = "embedded-hal")]
 mod delay;
+#[cfg(any(feature = "std", feature = "embedded-hal"))]
+mod gate;
 mod jitter;
 #[cfg(feature = "std")]
 pub(crate) mod queue;
@@ -26,84 +27,8 @@ mod tokio;
 pub(crate) use self::blocking::acquire_blocking;
 #[cfg(feature = "embedded-hal")]
 pub(crate) use self::delay::acquire_with_delay;
+#[cfg(any(feature = "std", feature = "embedded-hal"))]
+pub(crate) use self::gate::{jitter_after, CancelOnDrop, ReserveCancel};
 pub use self::jitter::Jitter;
 #[cfg(feature = "tokio")]
 pub(crate) use self::tokio::{acquire_async, wait_async};
-
-use crate::{Clock, Denied, Limits, LimitsReservation, Reservation, TokenBucket, Word};
-
-/// What a wait needs from a gate: take a request now, or say how long until it could; and
-/// give back what was taken, when the caller will not act on it after all (a task dropped
-/// during its jitter).
-pub(crate) trait ReserveCancel {
-    /// What one request costs: tokens, or one count per bucket of a [`Limits`].
-    type Cost: Copy;
-    /// What a take holds until the caller acts or gives it back.
-    type Taken;
-    /// Takes `cost` now, or says how long until it could. A denial takes nothing.
-    fn reserve_now(&self, cost: Self::Cost) -> Result<Self::Taken, Denied>;
-    /// Gives back what [`reserve_now`](Self::reserve_now) took, less what the burst cap would
-    /// have cut since: never a token more than was taken.
-    fn cancel(&self, taken: Self::Taken);
-}
-
-impl<C: Clock, W: Word> ReserveCancel for TokenBucket<C, W> {
-    type Cost = u32;
-    type Taken = Reservation;
-    fn reserve_now(&self, n: u32) -> Result<Reservation, Denied> {
-        self.reserve(n, Duration::ZERO)
-    }
-    fn cancel(&self, taken: Reservation) {
-        self.refund(taken);
-    }
-}
-
-impl<C: Clock, const N: usize, W: Word> ReserveCancel for Limits<'_, C, N, W> {
-    type Cost = [u32; N];
-    type Taken = LimitsReservation<N>;
-    fn reserve_now(&self, costs: [u32; N]) -> Result<LimitsReservation<N>, Denied> {
-        self.reserve(costs, Duration::ZERO)
-    }
-    fn cancel(&self, taken: LimitsReservation<N>) {
-        self.refund(taken);
-    }
-}
-
-/// Holds what a wait took while the caller is not yet acting on it, and gives it back if the
-/// guard is dropped first: the one cancel rule of every wait.
-pub(crate) struct CancelOnDrop<'g, G: ReserveCancel> {
-    gate: &'g G,
-    taken: Option<G::Taken>,
-}
-
-impl<'g, G: ReserveCancel> CancelOnDrop<'g, G> {
-    pub(crate) fn new(gate: &'g G, taken: G::Taken) -> Self {
-        CancelOnDrop {
-            gate,
-            taken: Some(taken),
-        }
-    }
-
-    /// The caller acts: the tokens are spent.
-    pub(crate) fn keep(mut self) {
-        drop(self.taken.take());
-    }
-}
-
-impl<G: ReserveCancel> Drop for CancelOnDrop<'_, G> {
-    fn drop(&mut self) {
-        if let Some(taken) = self.taken.take() {
-            self.gate.cancel(taken);
-        }
-    }
-}
-
-/// The jitter after a wait that slept `waited`: none for a caller served at once, which has no
-/// crowd to spread from.
-pub(crate) fn jitter_after(jitter: &Jitter, waited: Duration) -> Duration {
-    if waited.is_zero() {
-        Duration::ZERO
-    } else {
-        jitter.next()
-    }
-}

@@ -158,7 +158,6 @@ impl Params {
 
     /// Units the bucket lacks at `now_units` to be full; 0 when it is full. A never-used word
     /// holds its start fill.
-    #[cfg(any(feature = "std", feature = "heapless"))]
     #[inline]
     pub(crate) fn units_to_full(&self, word: u64, now_units: u64) -> u64 {
         if word == self.unused {
@@ -173,7 +172,6 @@ impl Params {
     }
 
     /// Ticks from `now_ticks` until the bucket in `word` is full.
-    #[cfg(feature = "std")]
     #[inline]
     pub(crate) fn ticks_to_full(&self, word: u64, now_ticks: u64) -> u64 {
         self.ticks_until(
