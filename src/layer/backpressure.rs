@@ -14,7 +14,7 @@ use tower_service::Service;
 
 use super::{BoxError, RateLimited, ResponseFuture};
 use crate::wait::queue::Waiter;
-use crate::wait::wait_async;
+use crate::wait::tokio::wait_async;
 use crate::{Clock, DefaultWord, Denied, KeyedDenied, Reservation, TokenBucket, Word};
 
 /// Wraps services in [`Backpressure`]: each waits in `poll_ready` for its turn on one shared

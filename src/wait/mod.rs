@@ -21,7 +21,7 @@ mod jitter;
 #[cfg(feature = "std")]
 pub(crate) mod queue;
 #[cfg(feature = "tokio")]
-mod tokio;
+pub(crate) mod tokio;
 
 #[cfg(feature = "std")]
 pub(crate) use self::blocking::acquire_blocking;
@@ -31,4 +31,4 @@ pub(crate) use self::delay::acquire_with_delay;
 pub(crate) use self::gate::{jitter_after, CancelOnDrop, ReserveCancel};
 pub use self::jitter::Jitter;
 #[cfg(feature = "tokio")]
-pub(crate) use self::tokio::{acquire_async, wait_async};
+pub(crate) use self::tokio::acquire_async;
