@@ -4,6 +4,7 @@ use core::num::NonZeroU64;
 use core::time::Duration;
 
 use crate::clock::{duration_to_ticks_ceil, ticks_to_duration_ceil, Clock};
+use crate::engine::cell::take_now;
 use crate::engine::layout::Params;
 use crate::engine::sync::{fence, spin_loop, AtomicBool, AtomicU64, Ordering};
 use crate::{ConfigError, Denied, Pause, Quota, TickRate};
@@ -228,15 +229,7 @@ impl<C: Clock> AdjustableBucket<C> {
         }
         let now = self.clock.now();
         self.update(
-            |p, word, now_units| {
-                let cost = p.cost(n)?;
-                match p.take(word, now_units, cost, 0) {
-                    Ok((word, _)) => Ok((word, ())),
-                    Err(short) => Err(Denied::Insufficient {
-                        retry_after: ticks_to_duration_ceil::<C>(p.ticks_until(now, short)),
-                    }),
-                }
-            },
+            |p, word, now_units| take_now::<C>(p, word, now, now_units, p.cost(n)?),
             now,
         )
     }

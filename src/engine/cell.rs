@@ -23,14 +23,8 @@ impl<'a, W: Word> WordCell<'a, W> {
         now_ticks: u64,
         cost: u64,
     ) -> Result<(), Denied> {
-        let p = self.params;
         self.update(now_ticks, |word, now_units| {
-            match p.take(word, now_units, cost, 0) {
-                Ok((word, _)) => Ok((word, ())),
-                Err(short) => Err(Denied::Insufficient {
-                    retry_after: ticks_to_duration_ceil::<C>(p.ticks_until(now_ticks, short)),
-                }),
-            }
+            take_now::<C>(self.params, word, now_ticks, now_units, cost)
         })
     }
 
@@ -95,5 +89,23 @@ impl<'a, W: Word> WordCell<'a, W> {
                 Err(_spurious) => {}
             }
         }
+    }
+}
+
+/// The try-take transition of every bucket kind: `cost` units from `word` at `now_units`, without
+/// debt, or how long until the bucket holds them.
+#[inline]
+pub(crate) fn take_now<C: Clock + ?Sized>(
+    p: &Params,
+    word: u64,
+    now_ticks: u64,
+    now_units: u64,
+    cost: u64,
+) -> Result<(u64, ()), Denied> {
+    match p.take(word, now_units, cost, 0) {
+        Ok((word, _)) => Ok((word, ())),
+        Err(short) => Err(Denied::Insufficient {
+            retry_after: ticks_to_duration_ceil::<C>(p.ticks_until(now_ticks, short)),
+        }),
     }
 }
