@@ -30,9 +30,13 @@ pub(crate) use {
 };
 
 /// The lock of the waiters' queues (`wait::queue`): held only to push, pop and take, never
-/// across a wait.
+/// across a wait. Under loom the queues' registry is a loom `lazy_static`, so that each
+/// execution of a model starts with empty lines.
 #[cfg(all(loom, feature = "std"))]
-pub(crate) use loom::sync::{Mutex, MutexGuard};
+pub(crate) use loom::{
+    lazy_static,
+    sync::{Mutex, MutexGuard},
+};
 
 #[cfg(all(not(loom), feature = "std"))]
 pub(crate) use std::sync::{Mutex, MutexGuard};

@@ -126,7 +126,7 @@ fn registry() -> &'static Registry {
 }
 
 #[cfg(loom)]
-loom::lazy_static! {
+crate::engine::sync::lazy_static! {
     static ref REGISTRY: Registry = Registry {
         shards: core::array::from_fn(|_| Mutex::new(Vec::new())),
     };
