@@ -10,7 +10,7 @@ use crate::engine::sync::{fence, spin_loop, AtomicBool, AtomicU64, Ordering};
 use crate::{ConfigError, Denied, Pause, Quota, TickRate};
 
 /// The low half of the state: the bucket's word, on the 32-bit layout.
-const WORD_MASK: u64 = 0xFFFF_FFFF;
+pub(crate) const WORD_MASK: u64 = 0xFFFF_FFFF;
 /// Set in a slot's version when it holds a generation's parameters.
 const VALID: u64 = 1 << 32;
 /// Parameters packed into a slot.
@@ -349,7 +349,7 @@ impl<C: Clock> AdjustableBucket<C> {
 
     /// The state and its generation's layout.
     #[inline]
-    fn current(&self) -> (u64, Params) {
+    pub(crate) fn current(&self) -> (u64, Params) {
         loop {
             // Acquire: pairs with the Release of the change that wrote this generation.
             let state = self.state.load(Ordering::Acquire);
@@ -365,7 +365,7 @@ impl<C: Clock> AdjustableBucket<C> {
     /// The CAS driver: the transition under the current generation's layout, landing only
     /// while that generation is current.
     #[inline]
-    fn update<T, E>(
+    pub(crate) fn update<T, E>(
         &self,
         mut transition: impl FnMut(&Params, u64, u64) -> Result<(u64, T), E>,
         now_ticks: u64,

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::task::{Wake, Waker};
 use std::thread::{self, Thread};
 
-use super::queue::{Step, Waiter};
+use super::queue::{Lined, Step, Waiter};
 use super::{jitter_after, CancelOnDrop, ReserveCancel};
 use crate::{Clock, Denied, Jitter, TokenBucket, Word};
 
@@ -23,8 +23,8 @@ impl Wake for Unpark {
 
 /// Runs `waiter` on this thread until it is served or gives up: parks between looks, for at
 /// most its timer.
-fn wait_blocking<C: Clock, W: Word, const N: usize, T>(
-    mut waiter: Waiter<'_, C, W, N>,
+fn wait_blocking<B: Lined, const N: usize, T>(
+    mut waiter: Waiter<'_, B, N>,
     mut take: impl FnMut() -> Result<T, Denied>,
 ) -> Result<(T, Duration), Denied> {
     let waker = Waker::from(Arc::new(Unpark(thread::current())));
@@ -43,9 +43,9 @@ fn wait_blocking<C: Clock, W: Word, const N: usize, T>(
 
 /// Waits in line for `cost` from `gate`, then sleeps `jitter` holding the take: every blocking
 /// wait. Returns the time waited, the jitter included.
-pub(crate) fn acquire_blocking<G: ReserveCancel, C: Clock, W: Word, const N: usize>(
+pub(crate) fn acquire_blocking<G: ReserveCancel, B: Lined, const N: usize>(
     gate: &G,
-    waiter: Waiter<'_, C, W, N>,
+    waiter: Waiter<'_, B, N>,
     cost: G::Cost,
     jitter: &Jitter,
 ) -> Result<Duration, Denied> {

@@ -10,6 +10,10 @@
 //! is its own (`redis::line`): its takes are calls to Redis, which this trait's synchronous
 //! take cannot make.
 
+#[cfg(any(feature = "std", feature = "embedded-hal"))]
+crate::with_atomic64! {
+    mod adjustable;
+}
 #[cfg(feature = "std")]
 mod blocking;
 // Only the waits use it, and without them there are none.

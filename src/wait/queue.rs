@@ -36,6 +36,21 @@ use crate::clock::{duration_to_ticks_ceil, duration_to_ticks_floor, ticks_to_dur
 use crate::engine::sync::{Mutex, MutexGuard};
 use crate::{Clock, Denied, TokenBucket, Word};
 
+/// What the waiters' line needs from a bucket: what a request costs in its units, its clock,
+/// and how long until it would hold a number of units. Implemented by the buckets that have a
+/// line: [`TokenBucket`] and `AdjustableBucket`.
+pub(crate) trait Lined {
+    /// The bucket's clock.
+    type Clock: Clock;
+    /// `n` tokens in the bucket's units, or [`Denied::ExceedsCapacity`].
+    fn units_for(&self, n: u32) -> Result<u64, Denied>;
+    /// The bucket's clock now.
+    fn now_ticks(&self) -> u64;
+    /// Ticks from `now_ticks` until the bucket holds `units` (which may exceed the burst: the
+    /// line takes tokens as they accrue, so the cap never applies). Takes nothing.
+    fn ticks_until_holding(&self, now_ticks: u64, units: u64) -> u64;
+}
+
 /// How many locks the registry spreads the lines over.
 #[cfg(not(loom))]
 pub(crate) const SHARDS: usize = 64;
@@ -241,8 +256,8 @@ pub(crate) enum Step<T> {
 
 /// A caller waiting for `costs[i]` tokens from `buckets[i]`, from all or none. Dropping it
 /// leaves the lines as if it had never joined them.
-pub(crate) struct Waiter<'a, C: Clock, W: Word, const N: usize> {
-    buckets: [&'a TokenBucket<C, W>; N],
+pub(crate) struct Waiter<'a, B: Lined, const N: usize> {
+    buckets: [&'a B; N],
     keys: [usize; N],
     units: [u64; N],
     /// Its place in each line, once it has joined them.
@@ -253,27 +268,23 @@ pub(crate) struct Waiter<'a, C: Clock, W: Word, const N: usize> {
     timer_at: Option<u64>,
 }
 
-impl<'a, C: Clock, W: Word, const N: usize> Waiter<'a, C, W, N> {
+impl<'a, B: Lined, const N: usize> Waiter<'a, B, N> {
     /// A waiter for `costs[i]` from `buckets[i]` that gives up after `timeout` (never if
     /// `None`). A cost above a bucket's burst fails here, at once.
     pub(crate) fn new(
-        buckets: [&'a TokenBucket<C, W>; N],
+        buckets: [&'a B; N],
         costs: [u32; N],
         timeout: Option<Duration>,
     ) -> Result<Self, Denied> {
         let mut units = [0u64; N];
         for (i, (bucket, &n)) in buckets.iter().zip(&costs).enumerate() {
-            units[i] = if n == 0 {
-                0
-            } else {
-                bucket.cell().params.cost(n)?
-            };
+            units[i] = if n == 0 { 0 } else { bucket.units_for(n)? };
         }
-        let start_ticks = buckets.first().map_or(0, |b| b.clock().now());
+        let start_ticks = buckets.first().map_or(0, |b| b.now_ticks());
         // A timeout beyond half the clock's range is longer than any wait the word can hold
         // (and would read as past in the signed comparisons): no deadline.
         let deadline_ticks = timeout
-            .map(duration_to_ticks_floor::<C>)
+            .map(duration_to_ticks_floor::<B::Clock>)
             .filter(|&ticks| ticks < 1 << 62)
             .map(|ticks| start_ticks.wrapping_add(ticks));
         Ok(Waiter {
@@ -288,7 +299,7 @@ impl<'a, C: Clock, W: Word, const N: usize> Waiter<'a, C, W, N> {
     }
 
     fn now(&self) -> u64 {
-        self.buckets.first().map_or(0, |b| b.clock().now())
+        self.buckets.first().map_or(0, |b| b.now_ticks())
     }
 
     /// One look at the line, under its locks: take if this waiter heads every line and its
@@ -315,12 +326,12 @@ impl<'a, C: Clock, W: Word, const N: usize> Waiter<'a, C, W, N> {
                     return Step::Done(Ok((taken, self.waited(now))));
                 }
                 Err(Denied::Insufficient { retry_after }) => {
-                    let retry = duration_to_ticks_ceil::<C>(retry_after);
+                    let retry = duration_to_ticks_ceil::<B::Clock>(retry_after);
                     if let Some(left) = self.time_left(now) {
                         if retry > left {
                             self.leave(&mut locked, now);
                             return Step::Done(Err(Denied::Insufficient {
-                                retry_after: ticks_to_duration_ceil::<C>(retry - left),
+                                retry_after: ticks_to_duration_ceil::<B::Clock>(retry - left),
                             }));
                         }
                     }
@@ -366,7 +377,7 @@ impl<'a, C: Clock, W: Word, const N: usize> Waiter<'a, C, W, N> {
             match take() {
                 Ok(taken) => return Step::Done(Ok((taken, Duration::ZERO))),
                 Err(Denied::Insufficient { retry_after }) => {
-                    duration_to_ticks_ceil::<C>(retry_after)
+                    duration_to_ticks_ceil::<B::Clock>(retry_after)
                 }
                 Err(never) => return Step::Done(Err(never)),
             }
@@ -384,7 +395,7 @@ impl<'a, C: Clock, W: Word, const N: usize> Waiter<'a, C, W, N> {
         if let Some(left) = self.time_left(now) {
             if wait > left {
                 return Step::Done(Err(Denied::Insufficient {
-                    retry_after: ticks_to_duration_ceil::<C>(wait - left),
+                    retry_after: ticks_to_duration_ceil::<B::Clock>(wait - left),
                 }));
             }
         }
@@ -465,7 +476,7 @@ impl<'a, C: Clock, W: Word, const N: usize> Waiter<'a, C, W, N> {
             let bucket = self.buckets[i];
             wait = wait.max(bucket.ticks_until_holding(now, ahead.saturating_add(self.units[i])));
         }
-        ticks_to_duration_ceil::<C>(wait)
+        ticks_to_duration_ceil::<B::Clock>(wait)
     }
 
     /// Ticks left before the deadline: `None` without one.
@@ -483,15 +494,15 @@ impl<'a, C: Clock, W: Word, const N: usize> Waiter<'a, C, W, N> {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }?;
-        Some(ticks_to_duration_ceil::<C>(ticks))
+        Some(ticks_to_duration_ceil::<B::Clock>(ticks))
     }
 
     fn waited(&self, now: u64) -> Duration {
-        ticks_to_duration_ceil::<C>((now.wrapping_sub(self.start_ticks) as i64).max(0) as u64)
+        ticks_to_duration_ceil::<B::Clock>((now.wrapping_sub(self.start_ticks) as i64).max(0) as u64)
     }
 }
 
-impl<C: Clock, W: Word, const N: usize> Drop for Waiter<'_, C, W, N> {
+impl<B: Lined, const N: usize> Drop for Waiter<'_, B, N> {
     fn drop(&mut self) {
         if self.ids.is_some() {
             let mut locked = Locked::lock(&self.keys);
@@ -503,11 +514,7 @@ impl<C: Clock, W: Word, const N: usize> Drop for Waiter<'_, C, W, N> {
 
 /// The head left `line`: the new head's waker, unless its own timer fires in time for its
 /// tokens.
-fn hand_on<C: Clock, W: Word>(
-    line: &mut Line,
-    bucket: &TokenBucket<C, W>,
-    now: u64,
-) -> Option<Waker> {
+fn hand_on<B: Lined>(line: &mut Line, bucket: &B, now: u64) -> Option<Waker> {
     let head = line.entries.front_mut()?;
     let due = now.wrapping_add(bucket.ticks_until_holding(now, head.units));
     let timer_in_time = head
@@ -520,14 +527,19 @@ fn hand_on<C: Clock, W: Word>(
     }
 }
 
-fn key_of<C, W: Word>(bucket: &TokenBucket<C, W>) -> usize {
-    bucket as *const TokenBucket<C, W> as usize
+fn key_of<B>(bucket: &B) -> usize {
+    bucket as *const B as usize
 }
 
-impl<C: Clock, W: Word> TokenBucket<C, W> {
-    /// Ticks from `now_ticks` until the bucket holds `units` (which may exceed the burst: the
-    /// line takes tokens as they accrue, so the cap never applies). Takes nothing.
-    pub(crate) fn ticks_until_holding(&self, now_ticks: u64, units: u64) -> u64 {
+impl<C: Clock, W: Word> Lined for TokenBucket<C, W> {
+    type Clock = C;
+    fn units_for(&self, n: u32) -> Result<u64, Denied> {
+        self.cell().params.cost(n)
+    }
+    fn now_ticks(&self) -> u64 {
+        self.clock().now()
+    }
+    fn ticks_until_holding(&self, now_ticks: u64, units: u64) -> u64 {
         let cell = self.cell();
         let p = cell.params;
         let now_units = p.units_at(now_ticks);
@@ -552,7 +564,10 @@ pub mod models {
     use crate::{Clock, Denied, Limits, TokenBucket, Word};
 
     /// A waiter for `costs[i]` tokens from `buckets[i]`, all or none; dropping it gives up.
-    pub struct ModelWaiter<'a, C: Clock, W: Word, const N: usize>(Waiter<'a, C, W, N>, [u32; N]);
+    pub struct ModelWaiter<'a, C: Clock, W: Word, const N: usize>(
+        Waiter<'a, TokenBucket<C, W>, N>,
+        [u32; N],
+    );
 
     impl<'a, C: Clock, W: Word, const N: usize> ModelWaiter<'a, C, W, N> {
         /// A waiter for `costs[i]` tokens from `buckets[i]`, with no timeout.

@@ -8,15 +8,15 @@ use std::boxed::Box;
 
 use ::tokio::time::{sleep_until, Instant, Sleep};
 
-use super::queue::{Step, Waiter};
+use super::queue::{Lined, Step, Waiter};
 use super::{jitter_after, CancelOnDrop, ReserveCancel};
 use crate::{Clock, Denied, Jitter, TokenBucket, Word};
 
 /// Runs `waiter` as a task until it is served or gives up: one tokio timer for its turn, and
 /// the head before it wakes it early if its turn comes sooner. Dropping the future drops the
 /// waiter, which leaves the line as if it had never joined.
-pub(crate) async fn wait_async<C: Clock, W: Word, const N: usize, T>(
-    mut waiter: Waiter<'_, C, W, N>,
+pub(crate) async fn wait_async<B: Lined, const N: usize, T>(
+    mut waiter: Waiter<'_, B, N>,
     mut take: impl FnMut() -> Result<T, Denied>,
 ) -> Result<(T, Duration), Denied> {
     let mut timer: Option<Pin<Box<Sleep>>> = None;
@@ -51,9 +51,9 @@ pub(crate) async fn wait_async<C: Clock, W: Word, const N: usize, T>(
 /// Waits in line for `cost` from `gate`, then sleeps `jitter` holding the take: every async
 /// wait. Cancel-safe: dropped in line it has taken nothing; dropped during its jitter it gives
 /// the take back. Returns the time waited, the jitter included.
-pub(crate) async fn acquire_async<G: ReserveCancel, C: Clock, W: Word, const N: usize>(
+pub(crate) async fn acquire_async<G: ReserveCancel, B: Lined, const N: usize>(
     gate: &G,
-    waiter: Waiter<'_, C, W, N>,
+    waiter: Waiter<'_, B, N>,
     cost: G::Cost,
     jitter: &Jitter,
 ) -> Result<Duration, Denied> {

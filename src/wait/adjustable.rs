@@ -1,0 +1,250 @@
+//! Waits on an [`AdjustableBucket`]: the same line, gate and cancel rule as a
+//! [`TokenBucket`](crate::TokenBucket)'s, under the quota current at each look.
+//!
+//! A take is given back only under the layout it was taken under: after a quota change the
+//! word has been converted, and a give-back in the old units could mint, so it gives nothing.
+
+use core::time::Duration;
+
+use super::ReserveCancel;
+use crate::engine::cell::take_now;
+use crate::engine::layout::Params;
+use crate::{AdjustableBucket, Clock, Denied};
+
+/// What a wait took from an [`AdjustableBucket`], for a give-back if the caller does not act.
+pub(crate) struct AdjustableTake {
+    /// The layout it was taken under.
+    params: Params,
+    /// The word the take left.
+    due_units: u64,
+    cost_units: u64,
+    made_ticks: u64,
+}
+
+impl<C: Clock> ReserveCancel for AdjustableBucket<C> {
+    type Cost = u32;
+    type Taken = AdjustableTake;
+
+    fn reserve_now(&self, n: u32) -> Result<AdjustableTake, Denied> {
+        let now = self.clock().now();
+        self.update(
+            |p, word, now_units| {
+                let cost_units = p.cost(n)?;
+                let (due_units, ()) = take_now::<C>(p, word, now, now_units, cost_units)?;
+                let take = AdjustableTake {
+                    params: *p,
+                    due_units,
+                    cost_units,
+                    made_ticks: now,
+                };
+                Ok((due_units, take))
+            },
+            now,
+        )
+    }
+
+    fn cancel(&self, taken: AdjustableTake) {
+        let now = self.clock().now();
+        // Signed: a clock stepped back before the take gives nothing back.
+        if (now.wrapping_sub(taken.made_ticks) as i64) < 0 {
+            return;
+        }
+        let _nothing_to_give_back = self.update(
+            |p, word, now_units| {
+                if *p != taken.params {
+                    return Err(());
+                }
+                p.refund(word, now_units, taken.due_units, taken.cost_units)
+                    .map(|word| (word, ()))
+                    .ok_or(())
+            },
+            now,
+        );
+    }
+}
+
+#[cfg(feature = "std")]
+impl<C: Clock> super::queue::Lined for AdjustableBucket<C> {
+    type Clock = C;
+    fn units_for(&self, n: u32) -> Result<u64, Denied> {
+        self.current().1.cost(n)
+    }
+    fn now_ticks(&self) -> u64 {
+        self.clock().now()
+    }
+    fn ticks_until_holding(&self, now_ticks: u64, units: u64) -> u64 {
+        let (state, p) = self.current();
+        let now_units = p.units_at(now_ticks);
+        let units = units.min(p.max_debt_units);
+        match p.take(state & crate::adjustable::WORD_MASK, now_units, units, 0) {
+            Ok(_) => 0,
+            Err(short) => p.ticks_until(now_ticks, short),
+        }
+    }
+}
+
+#[cfg(feature = "std")]
+impl<C: Clock> AdjustableBucket<C> {
+    /// Takes `n` tokens, blocking the thread until they have accrued under the quota current
+    /// then; returns the time waited. As
+    /// [`TokenBucket::acquire_blocking`](crate::TokenBucket::acquire_blocking): threads wait in
+    /// line and nothing is taken before the tokens are due.
+    pub fn acquire_blocking(&self, n: u32) -> Result<Duration, Denied> {
+        self.acquire_blocking_timeout(n, Duration::MAX)
+    }
+
+    /// As [`acquire_blocking`](Self::acquire_blocking), if the tokens accrue within `timeout`;
+    /// otherwise fails, at once when the line says so, and takes nothing.
+    pub fn acquire_blocking_timeout(&self, n: u32, timeout: Duration) -> Result<Duration, Denied> {
+        if n == 0 {
+            return Ok(Duration::ZERO);
+        }
+        let waiter = super::queue::Waiter::new([self], [n], Some(timeout))?;
+        super::acquire_blocking(self, waiter, n, &crate::Jitter::none())
+    }
+}
+
+#[cfg(feature = "tokio")]
+impl<C: Clock> AdjustableBucket<C> {
+    /// Takes `n` tokens, waiting until they have accrued under the quota current then; returns
+    /// the time waited. As [`TokenBucket::acquire`](crate::TokenBucket::acquire): tasks wait in
+    /// line, and a future dropped mid-wait has taken nothing.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{AdjustableBucket, Quota, Rate, TokioClock};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let bucket = AdjustableBucket::try_new(Quota::new(Rate::per_second(4)).start_empty(), TokioClock::new())?;
+    /// let waited = bucket.acquire(1).await?;
+    /// // A quarter of a second: the 32-bit layout holds 4/s rounded down by under a millionth,
+    /// // and tokio's timer wakes on the next millisecond.
+    /// assert!(waited >= Duration::from_millis(250) && waited <= Duration::from_millis(252));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn acquire(&self, n: u32) -> Result<Duration, Denied> {
+        self.acquire_timeout(n, Duration::MAX).await
+    }
+
+    /// As [`acquire`](Self::acquire), if the tokens accrue within `timeout`; otherwise fails,
+    /// at once when the line says so, and takes nothing.
+    pub async fn acquire_timeout(&self, n: u32, timeout: Duration) -> Result<Duration, Denied> {
+        if n == 0 {
+            return Ok(Duration::ZERO);
+        }
+        let waiter = super::queue::Waiter::new([self], [n], Some(timeout))?;
+        super::acquire_async(self, waiter, n, &crate::Jitter::none()).await
+    }
+}
+
+#[cfg(feature = "embedded-hal")]
+impl<C: Clock> AdjustableBucket<C> {
+    /// Takes `n` tokens, waiting on `delay` until they have accrued under the quota current
+    /// then; returns the time slept. It sleeps each `retry_after` and tries again, so it takes
+    /// nothing before it acts.
+    pub fn acquire_with_delay(
+        &self,
+        n: u32,
+        delay: &mut impl embedded_hal::delay::DelayNs,
+    ) -> Result<Duration, Denied> {
+        super::acquire_with_delay(self, n, delay, &crate::Jitter::none())
+    }
+}
+
+#[cfg(all(test, feature = "std"))]
+mod tests {
+    use super::*;
+    use crate::{ManualClock, Quota, Rate};
+    use std::sync::Barrier;
+    use std::thread;
+
+    fn ms(millis: u64) -> Duration {
+        Duration::from_millis(millis)
+    }
+
+    #[test]
+    fn a_take_given_back_restores_what_was_there_and_never_more() {
+        let clock = ManualClock::new();
+        let bucket = AdjustableBucket::new(Quota::new(Rate::per_second(10)).burst(10), &clock);
+        // (tokens taken, time before the give-back, tokens available after it)
+        let rows = [(4, ms(0), 10), (10, ms(0), 10), (3, ms(500), 10)];
+        for (n, after, available) in rows {
+            let taken = bucket.reserve_now(n).unwrap();
+            clock.advance(after);
+            bucket.cancel(taken);
+            assert_eq!(bucket.available(), available, "n = {n}");
+        }
+        // Drained, then given back after others took: only what the burst allows comes back.
+        let taken = bucket.reserve_now(10).unwrap();
+        clock.advance(ms(1_000)); // refilled to 10 without the take
+        assert!(bucket.try_acquire(10).is_ok());
+        bucket.cancel(taken);
+        assert_eq!(bucket.available(), 0);
+    }
+
+    #[test]
+    fn a_take_under_an_old_quota_gives_nothing_back() {
+        let clock = ManualClock::new();
+        let bucket = AdjustableBucket::new(Quota::new(Rate::per_second(10)).burst(10), &clock);
+        let taken = bucket.reserve_now(6).unwrap();
+        bucket.set_quota(Quota::new(Rate::per_second(5)).burst(5)).unwrap();
+        assert_eq!(bucket.available(), 4);
+        bucket.cancel(taken);
+        assert_eq!(bucket.available(), 4);
+    }
+
+    #[test]
+    fn blocking_waiters_on_a_manual_clock_are_served_in_line_at_the_rate() {
+        // Two threads wait for 2 tokens each at 10/s from empty; a third moves the clock. The
+        // burst is never reached in the run, so every token accrued is counted below.
+        let clock = ManualClock::new();
+        let quota = Quota::new(Rate::per_second(10)).burst(1_000).start_empty();
+        let bucket = AdjustableBucket::new(quota, &clock);
+        let start = Barrier::new(3);
+        let waited = thread::scope(|s| {
+            let waiters: [_; 2] = core::array::from_fn(|_| {
+                s.spawn(|| {
+                    start.wait();
+                    bucket.acquire_blocking(2)
+                })
+            });
+            start.wait();
+            // Four tokens accrue in 400 ms; move on in small steps until both are in (the
+            // waiters sleep their estimates in real time: 200 and 400 ms).
+            for _ in 0..20_000 {
+                if waiters.iter().all(|w| w.is_finished()) {
+                    break;
+                }
+                clock.advance(ms(1));
+                thread::sleep(Duration::from_micros(200));
+            }
+            waiters.map(|w| w.join().unwrap())
+        });
+        for waited in waited {
+            assert!(waited.unwrap() >= ms(200));
+        }
+        // Exactly four tokens were taken: none were left behind or taken twice.
+        let accrued = clock.now() / 100_000_000;
+        assert!(accrued < 1_000);
+        assert_eq!(bucket.available(), accrued - 4);
+    }
+
+    #[test]
+    fn a_wait_beyond_its_timeout_fails_at_once_and_takes_nothing() {
+        let clock = ManualClock::new();
+        let bucket = AdjustableBucket::new(Quota::new(Rate::per_second(5)).start_empty(), &clock);
+        // 600 ms more than the timeout, read through the 32-bit layout's rounding of 5/s.
+        let retry_after = bucket.acquire_blocking_timeout(5, ms(400)).unwrap_err();
+        let retry_after = retry_after.retry_after().unwrap();
+        assert!(retry_after >= ms(600) && retry_after < ms(601), "{retry_after:?}");
+        // Nothing was taken: the bucket fills as if nobody had asked.
+        clock.advance(ms(1_001));
+        assert_eq!(bucket.available(), 5);
+        assert_eq!(
+            bucket.acquire_blocking(6),
+            Err(Denied::ExceedsCapacity { burst: 5 })
+        );
+    }
+}
