@@ -96,11 +96,7 @@ impl<C: Clock> AdjustableBucket<C> {
     /// As [`acquire_blocking`](Self::acquire_blocking), if the tokens accrue within `timeout`;
     /// otherwise fails, at once when the line says so, and takes nothing.
     pub fn acquire_blocking_timeout(&self, n: u32, timeout: Duration) -> Result<Duration, Denied> {
-        if n == 0 {
-            return Ok(Duration::ZERO);
-        }
-        let waiter = super::queue::Waiter::new([self], [n], Some(timeout))?;
-        super::acquire_blocking(self, waiter, n, &crate::Jitter::none())
+        super::blocking::acquire_one_blocking(self, n, timeout)
     }
 }
 
@@ -131,11 +127,7 @@ impl<C: Clock> AdjustableBucket<C> {
     /// As [`acquire`](Self::acquire), if the tokens accrue within `timeout`; otherwise fails,
     /// at once when the line says so, and takes nothing.
     pub async fn acquire_timeout(&self, n: u32, timeout: Duration) -> Result<Duration, Denied> {
-        if n == 0 {
-            return Ok(Duration::ZERO);
-        }
-        let waiter = super::queue::Waiter::new([self], [n], Some(timeout))?;
-        super::acquire_async(self, waiter, n, &crate::Jitter::none()).await
+        super::tokio::acquire_one_async(self, n, timeout).await
     }
 }
 

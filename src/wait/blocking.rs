@@ -59,6 +59,20 @@ pub(crate) fn acquire_blocking<G: ReserveCancel, B: Lined, const N: usize>(
     Ok(waited + jitter)
 }
 
+/// `n` tokens from one bucket with a line, blocking, no jitter: the whole of a bucket's
+/// `acquire_blocking_timeout`.
+pub(crate) fn acquire_one_blocking<B: Lined + ReserveCancel<Cost = u32>>(
+    bucket: &B,
+    n: u32,
+    timeout: Duration,
+) -> Result<Duration, Denied> {
+    if n == 0 {
+        return Ok(Duration::ZERO);
+    }
+    let waiter = Waiter::new([bucket], [n], Some(timeout))?;
+    acquire_blocking(bucket, waiter, n, &Jitter::none())
+}
+
 impl<C: Clock, W: Word> TokenBucket<C, W> {
     /// Takes `n` tokens, blocking the thread until they have accrued; returns the time waited.
     ///
@@ -106,10 +120,6 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
     pub fn acquire_blocking_timeout(&self, n: u32, timeout: Duration) -> Result<Duration, Denied> {
-        if n == 0 {
-            return Ok(Duration::ZERO);
-        }
-        let waiter = Waiter::new([self], [n], Some(timeout))?;
-        acquire_blocking(self, waiter, n, &Jitter::none())
+        acquire_one_blocking(self, n, timeout)
     }
 }

@@ -15,7 +15,7 @@ crate::with_atomic64! {
     mod adjustable;
 }
 #[cfg(feature = "std")]
-mod blocking;
+pub(crate) mod blocking;
 // Only the waits use it, and without them there are none.
 #[cfg(feature = "embedded-hal")]
 mod delay;

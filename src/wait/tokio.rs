@@ -67,6 +67,20 @@ pub(crate) async fn acquire_async<G: ReserveCancel, B: Lined, const N: usize>(
     Ok(waited + jitter)
 }
 
+/// `n` tokens from one bucket with a line, as a task, no jitter: the whole of a bucket's
+/// `acquire_timeout`.
+pub(crate) async fn acquire_one_async<B: Lined + ReserveCancel<Cost = u32>>(
+    bucket: &B,
+    n: u32,
+    timeout: Duration,
+) -> Result<Duration, Denied> {
+    if n == 0 {
+        return Ok(Duration::ZERO);
+    }
+    let waiter = Waiter::new([bucket], [n], Some(timeout))?;
+    acquire_async(bucket, waiter, n, &Jitter::none()).await
+}
+
 impl<C: Clock, W: Word> TokenBucket<C, W> {
     /// Takes `n` tokens, waiting until they have accrued; returns the time waited.
     ///
@@ -133,10 +147,6 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
     /// # }
     /// ```
     pub async fn acquire_timeout(&self, n: u32, timeout: Duration) -> Result<Duration, Denied> {
-        if n == 0 {
-            return Ok(Duration::ZERO);
-        }
-        let waiter = Waiter::new([self], [n], Some(timeout))?;
-        acquire_async(self, waiter, n, &Jitter::none()).await
+        acquire_one_async(self, n, timeout).await
     }
 }
