@@ -465,12 +465,7 @@ impl<'a, W: Word> WordCell<'a, W> {
     ) -> Result<(), Denied> {
         let p = self.params;
         self.update(now_ticks, |word, now_units| {
-            match p.take(word, now_units, cost, 0) {
-                Ok((word, _)) => Ok((word, ())),
-                Err(short) => Err(Denied::Insufficient {
-                    retry_after: ticks_to_duration_ceil::<C>(p.ticks_until(now_ticks, short)),
-                }),
-            }
+            p.take_now::<C>(word, now_ticks, now_units, cost)
         })
     }
 

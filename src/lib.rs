@@ -131,6 +131,8 @@ pub use rate::{Quota, Rate};
 pub use tsc_clock::TscClock;
 #[cfg(feature = "tokio")]
 pub use wait::TokioClock;
+#[cfg(any(loom, target_has_atomic = "64"))]
+pub use word::{AdjustableWord, DefaultAdjustableWord};
 pub use word::{DefaultWord, Word};
 
 /// Loom models only: the waiters' line, stepped by hand.

@@ -167,7 +167,7 @@ impl Params {
         }
 
         if bits == 32 {
-            return match fixed_point(a, b, burst, start, ticks_per_second, false) {
+            return match fixed_point(a, b, burst, start, ticks_per_second) {
                 Err(ConfigError::Unrepresentable) => {
                     narrow_quanta(a, b, burst, start, ticks_per_second)
                 }
@@ -212,37 +212,6 @@ impl Params {
             return Ok(p);
         }
         Err(ConfigError::Unrepresentable)
-    }
-
-    /// The 32-bit layout with a deep debt window (a quarter of the word) instead of one burst:
-    /// for [`AdjustableBucket`](crate::AdjustableBucket), which pauses for as long as an
-    /// upstream asks and lives on hosts; past its horizon it reads as debt in about a quarter
-    /// of idle lengths instead of under one per cent.
-    #[cfg(any(loom, target_has_atomic = "64"))]
-    pub(crate) const fn solve_deep32(
-        quota: &Quota,
-        ticks_per_second: u64,
-    ) -> Result<Self, ConfigError> {
-        match Self::solve(quota, ticks_per_second, 32) {
-            Ok(p) => {
-                let rate = quota.rate();
-                let a0 = rate.tokens() as u128 * 1_000_000_000;
-                let b0 = rate.period_ns() as u128 * ticks_per_second as u128;
-                let g = gcd(a0, b0);
-                match fixed_point(
-                    a0 / g,
-                    b0 / g,
-                    p.burst,
-                    quota.start_fill(),
-                    ticks_per_second,
-                    true,
-                ) {
-                    Ok(p) => p.holding_the_window(quota, ticks_per_second),
-                    Err(e) => Err(e),
-                }
-            }
-            Err(e) => Err(e),
-        }
     }
 
     /// Whether the bucket enforces the quota's rate exactly, rather than rounded down.
@@ -313,12 +282,9 @@ const fn fixed_point(
     burst: u64,
     start: u64,
     ticks_per_second: u64,
-    deep: bool,
 ) -> Result<Params, ConfigError> {
     let f = FIXED_FRACTION_BITS;
     let ring: u128 = 1 << 32;
-    // The deep window takes a quarter of the ring, and the hour must fit in the rest.
-    let usable = if deep { ring / 4 * 3 } else { ring };
     // The burst gets at most W / 512 units, so that the misread share of the ring (the burst
     // and the negative window of two bursts) stays under 0.6 %.
     let u_band = (ring >> BURST_SHARE_BITS) / burst as u128;
@@ -329,7 +295,7 @@ const fn fixed_point(
     let hour_ticks = 3_600 * ticks_per_second as u128;
     let u_hour = match hour_ticks.checked_mul(a) {
         Some(hour) => match (3 * burst as u128).checked_mul(b) {
-            Some(bursts) => match (usable - 2).checked_mul(b) {
+            Some(bursts) => match (ring - 2).checked_mul(b) {
                 Some(room) => room / (hour + bursts),
                 None => 0,
             },
@@ -384,11 +350,7 @@ const fn fixed_point(
     // one burst's refill.
     let step = m.div_ceil(1 << f);
     // (Two steps more, for the rounding of a reading at either end of the step back.)
-    let (max_debt, window) = if deep {
-        (ring / 4, ring / 4)
-    } else {
-        (burst_units, 2 * burst_units + 2 * step)
-    };
+    let (max_debt, window) = (burst_units, 2 * burst_units + 2 * step);
     let ceiling = burst_units + min(step, units_per_token) - 1;
     // Idle from a full write: the reading stays below `negative_from` while
     // ceiling + floor(ticks · M / 2^32) + 1 < W - window.

@@ -69,6 +69,24 @@ impl Params {
             .unwrap_or(u64::MAX)
     }
 
+    /// The longest pause the word can hold, read to the clock's resolution.
+    pub(crate) fn max_pause<C: Clock>(&self) -> Duration {
+        ticks_to_duration_ceil::<C>(self.max_pause_ticks())
+    }
+
+    /// The pause as every bucket's CAS driver runs it: [`paused_for`](Self::paused_for), with
+    /// the debt that already holds the word when it is at its bound and left as it was.
+    pub(crate) fn pause_step(
+        &self,
+        word: u64,
+        now_ticks: u64,
+        now_units: u64,
+        ticks: u64,
+    ) -> Result<(u64, Option<u64>), u64> {
+        self.paused_for(word, now_ticks, now_units, ticks)
+            .map_err(|()| self.debt(word, now_units))
+    }
+
     /// The word paused from `now_ticks` for `ticks` (at most [`max_pause_ticks`]), and, when
     /// debt already held it at least as long, the units of that debt.
     ///
@@ -169,14 +187,13 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
 
     /// The longest pause the word can hold: the debt bound, read to the clock's resolution.
     pub fn max_pause(&self) -> Duration {
-        ticks_to_duration_ceil::<C>(self.params.max_pause_ticks())
+        self.params.max_pause::<C>()
     }
 
     fn pause_ticks(&self, now: u64, ticks: u64) -> Pause {
         let p = &self.params;
         let outcome = self.update(now, |word, now_units| {
-            p.paused_for(word, now, now_units, ticks)
-                .map_err(|()| p.debt(word, now_units))
+            p.pause_step(word, now, now_units, ticks)
         });
         p.pause_answer::<C>(now, ticks, outcome)
     }
