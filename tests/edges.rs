@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use tollgate::{
-    AdjustableBucket, Clock, ConfigError, Denied, KeyedTable, Limits, ManualClock, Pause, Quota,
-    Rate, TokenBucket, WhenFull, Word,
+    AdjustableBucket, AdjustableWord, Clock, ConfigError, Denied, KeyedTable, Limits, ManualClock,
+    Pause, Quota, Rate, TokenBucket, WhenFull, Word,
 };
 
 const SEC: u64 = 1_000_000_000;
@@ -291,40 +291,53 @@ fn a_cancel_after_a_pause_grants_nothing_during_it() {
 }
 
 // 6. Quota changes between layouts of different resolutions never mint, however often; at a
-// pace an upstream could set, they cost the rate nothing measurable.
+// pace an upstream could set, they cost the rate nothing measurable. On each word: 50 000/s and
+// 50 001/s (fixed point on the 32-bit word), 549 637/s (read in 128 ns quanta, rounded down) and
+// 550 000/s (every nanosecond, exact) on the 64-bit word.
 #[test]
 fn alternating_quotas_never_mint() {
-    // (ns between changes, least share of the bound granted)
-    for (every_ns, least) in [(512, 0.0), (10 * MS, 0.999)] {
-        let clock = ManualClock::new();
-        let (q1, q2) = (
-            Quota::new(Rate::per_second(50_000)).burst(10),
-            Quota::new(Rate::per_second(50_001)).burst(10),
-        );
-        let bucket = AdjustableBucket::try_new(q1, &clock).unwrap();
-        let mut granted = 0u64;
-        let (mut now, span) = (0u64, 2 * SEC);
-        let mut change = 0u64;
-        while now < span {
-            // Poll every 512 ns; change the quota every `every_ns`.
-            now += 512;
-            clock.set(now);
-            if now / every_ns > change {
-                change = now / every_ns;
-                let _ = bucket.set_quota(if change % 2 == 1 { q2 } else { q1 });
+    fn run<W: AdjustableWord>(rates: [u64; 2]) {
+        // (ns between changes, least share of the bound granted)
+        for (every_ns, least) in [(512, 0.0), (10 * MS, 0.999)] {
+            let clock = ManualClock::new();
+            let (q1, q2) = (
+                Quota::new(Rate::per_second(rates[0])).burst(10),
+                Quota::new(Rate::per_second(rates[1])).burst(10),
+            );
+            let bucket = AdjustableBucket::<_, W>::try_new_with_word(q1, &clock).unwrap();
+            let other = AdjustableBucket::<_, W>::try_new_with_word(q2, &clock).unwrap();
+            if W::BITS == 64 {
+                assert_ne!(bucket.resolution_ticks(), other.resolution_ticks());
             }
-            while bucket.try_acquire(1).is_ok() {
-                granted += 1;
+            let mut granted = 0u64;
+            // (A second of the fastest changes on each word keeps the suite quick.)
+            let span = if every_ns == 512 { SEC } else { 2 * SEC };
+            let mut now = 0u64;
+            let mut change = 0u64;
+            while now < span {
+                // Poll every 512 ns; change the quota every `every_ns`.
+                now += 512;
+                clock.set(now);
+                if now / every_ns > change {
+                    change = now / every_ns;
+                    let _ = bucket.set_quota(if change % 2 == 1 { q2 } else { q1 });
+                }
+                while bucket.try_acquire(1).is_ok() {
+                    granted += 1;
+                }
             }
+            // burst + rate × elapsed, at the higher rate.
+            let bound = 10 + rates[1] * span / SEC;
+            assert!(granted <= bound, "{} bits: {granted} > {bound}", W::BITS);
+            assert!(
+                granted as f64 >= bound as f64 * least,
+                "{} bits: {granted} of {bound} with a change every {every_ns} ns",
+                W::BITS
+            );
         }
-        // burst + rate × elapsed, at the higher rate.
-        let bound = 10 + 50_001 * span / SEC;
-        assert!(granted <= bound, "{granted} > {bound}");
-        assert!(
-            granted as f64 >= bound as f64 * least,
-            "{granted} of {bound} with a change every {every_ns} ns"
-        );
     }
+    run::<u32>([50_000, 50_001]);
+    run::<u64>([549_637, 550_000]);
 }
 
 // 7. Resolution never eats the rate: a caller polling at every tick gets the rate within a token
@@ -372,26 +385,43 @@ fn resolution_never_eats_the_rate() {
     );
 }
 
-// 8. AdjustableBucket pauses as TokenBucket does: rounded up, and it says what it did.
+// 8. AdjustableBucket pauses as TokenBucket does on the same word: rounded up, and it says
+// what it did; its accessors are those of a TokenBucket on the same word.
 #[test]
 fn an_adjustable_bucket_pauses_rounded_up() {
-    let clock = ManualClock::new();
-    let quota = Quota::new(Rate::per_second(10)).burst(10);
-    let bucket = AdjustableBucket::try_new(quota, &clock).unwrap();
-    let pause = bucket.pause_for(Duration::from_millis(1_500));
-    assert!(matches!(pause, Pause::Paused { .. }), "{pause:?}");
-    assert!(
-        pause.resumes_after() >= Duration::from_millis(1_500),
-        "{pause:?}"
-    );
-    clock.set(1_500 * MS);
-    assert!(bucket.try_acquire(1).is_err());
-    clock.set(1_601 * MS);
-    assert!(bucket.try_acquire(1).is_ok());
-    assert!(bucket.idle_horizon() >= HOUR);
-    assert!(bucket.resolution() <= Duration::from_micros(10));
-    assert!(!bucket.is_exact() || bucket.tick_rate().tokens > 0);
-    assert!(bucket.max_pause() >= Duration::from_secs(600));
+    fn run<W: AdjustableWord>() {
+        let clock = ManualClock::new();
+        let quota = Quota::new(Rate::per_second(10)).burst(20);
+        let bucket = AdjustableBucket::<_, W>::try_new_with_word(quota, &clock).unwrap();
+        let plain = TokenBucket::<_, W>::try_new_with_word(quota, &clock).unwrap();
+        let pause = bucket.pause_for(Duration::from_millis(1_500));
+        assert_eq!(pause, plain.pause_for(Duration::from_millis(1_500)));
+        assert!(matches!(pause, Pause::Paused { .. }), "{pause:?}");
+        assert!(
+            pause.resumes_after() >= Duration::from_millis(1_500),
+            "{pause:?}"
+        );
+        clock.set(1_500 * MS);
+        assert!(bucket.try_acquire(1).is_err());
+        clock.set(1_601 * MS);
+        assert!(bucket.try_acquire(1).is_ok());
+        assert_eq!(bucket.idle_horizon(), plain.idle_horizon());
+        assert!(bucket.idle_horizon() >= HOUR);
+        assert!(bucket.resolution() <= Duration::from_micros(10));
+        assert_eq!(bucket.max_pause(), plain.max_pause());
+        // Decades on the 64-bit word; one burst's refill on the 32-bit word.
+        let least = if W::BITS == 64 {
+            YEAR * 10
+        } else {
+            Duration::from_secs(2)
+        };
+        assert!(bucket.max_pause() >= least, "{:?}", bucket.max_pause());
+        // A pause past it is clamped, and says so.
+        let long = bucket.max_pause() + Duration::from_secs(1);
+        assert!(matches!(bucket.pause_for(long), Pause::Clamped { .. }));
+    }
+    run::<u32>();
+    run::<u64>();
 }
 
 // 9. A clock stepped back never turns a due reservation into a refund.
