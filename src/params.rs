@@ -19,10 +19,25 @@
 //! `negative_from` reads as negative (the bucket in debt, or the clock stepped back), anything
 //! below it as elapsed time. On the 64-bit word the split is at `W / 2`, so only an idle of more
 //! than a century misreads. On the 32-bit word debt is at most one burst, the negative side two
-//! bursts (so that a clock stepped back by up to a burst's refill credits nothing even at the
-//! deepest debt), and the burst itself at most `W / 512`: an idle of any length past the
-//! horizon reads full again except in `3 · burst / W` of the ring (under 0.6 %), where it reads
-//! at most two bursts in debt.
+//! bursts and two steps (so that a clock stepped back by up to a burst's refill credits nothing
+//! even at the deepest debt), and the burst itself at most `W / 512`: an idle of any length past
+//! the horizon reads full again except in `3 · burst / W` of the ring (under 0.6 %), where it
+//! reads at most two bursts and two steps in debt: a false wait of at most two refills, the
+//! tokens asked and two steps.
+//!
+//! What a clock stepped back does, exactly. On the 64-bit word, a step back by less than half the
+//! word's span (centuries) reads as debt and credits nothing; past that it reads as a long idle.
+//! On the 32-bit word, a step back of `s` from a bucket holding level `L` (negative in debt, at
+//! least minus one burst) credits nothing while `L - s` stays within the negative side, so for
+//! any `s` up to one burst's refill time; a larger step back reads as a long idle: the bucket
+//! reads full, which credits at most one burst and ends any debt or pause it held.
+//!
+//! Why the 32-bit word's false wait is not held to one refill: a wrap landing on a reading of a
+//! burst in debt is indistinguishable from a reservation of the whole burst (legitimate), and a
+//! reading deeper than that from a clock stepped back by up to a refill at that debt, whose
+//! decisions must credit nothing. Clamping such a reading back to the debt bound would be a
+//! write at the stepped-back instant, crediting the step back (up to a burst at once); so the
+//! bound is what the negative side holds, and `touch` within the horizon avoids it entirely.
 //!
 //! The solver picks, for the 64-bit word, the finest exact layout whose horizon reaches 100
 //! years (or 2^62 ticks, a quarter of the clock's own range, for clocks above 1.46 GHz), then
