@@ -261,8 +261,9 @@ impl<C: Clock, W: AdjustableWord> AdjustableBucket<C, W> {
     }
 
     /// Changes the rate and the burst, safe while other threads acquire. The tokens in the
-    /// bucket are kept as they are, capped by the new burst; the start fill of `quota` is not
-    /// used. A quota this clock cannot hold on the word `W`, or another change in progress,
+    /// bucket are kept as they are, capped by the new burst; debt and a pause are kept in time,
+    /// cut to the new quota's [`max_pause`](Self::max_pause) (decades on the 64-bit word, one
+    /// burst's refill on the 32-bit word); the start fill of `quota` is not used. A quota this clock cannot hold on the word `W`, or another change in progress,
     /// changes nothing.
     pub fn set_quota(&self, quota: Quota) -> Result<(), SetQuotaError> {
         let to = Params::solve(&quota, C::TICKS_PER_SECOND, W::BITS)?;
