@@ -184,6 +184,32 @@ mod wide {
     fn split(state: u128) -> (u32, u64) {
         ((state >> 64) as u32, state as u64)
     }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn the_wide_state_is_lock_free_and_keeps_both_halves() {
+            // On this machine: cmpxchg16b or ldxp/stxp, not portable-atomic's fallback lock.
+            // (Miri runs no inline assembly, so there portable-atomic takes its lock.)
+            assert!(cfg!(miri) || AtomicU128::is_lock_free());
+            let cell = <u64 as AdjustableWord>::tagged(7, u64::MAX - 1);
+            assert_eq!(u64::load_tagged(&cell), (7, u64::MAX - 1));
+            let mut current = (7, u64::MAX - 1);
+            while let Err(actual) =
+                u64::compare_exchange_tagged(&cell, current, (u32::MAX, 3), true)
+            {
+                current = actual;
+            }
+            assert_eq!(u64::load_tagged(&cell), (u32::MAX, 3));
+            // A stale generation fails, whatever the word.
+            assert_eq!(
+                u64::compare_exchange_tagged(&cell, (7, 3), (8, 3), false),
+                Err((u32::MAX, 3))
+            );
+        }
+    }
 }
 #[cfg(all(
     not(loom),
