@@ -3,14 +3,12 @@
 use core::num::NonZeroU64;
 use core::time::Duration;
 
-use crate::clock::{duration_to_ticks_ceil, ticks_to_duration_ceil, Clock};
-use crate::engine::cell::take_now;
+use crate::clock::{duration_to_ticks_ceil, Clock};
 use crate::engine::layout::Params;
 use crate::engine::sync::{fence, spin_loop, AtomicBool, AtomicU64, Ordering};
+use crate::engine::word::{AdjustableWord, DefaultAdjustableWord};
 use crate::{ConfigError, Denied, Pause, Quota, TickRate};
 
-/// The low half of the state: the bucket's word, on the 32-bit layout.
-pub(crate) const WORD_MASK: u64 = 0xFFFF_FFFF;
 /// Set in a slot's version when it holds a generation's parameters.
 const VALID: u64 = 1 << 32;
 /// Parameters packed into a slot.
@@ -21,26 +19,31 @@ const FIELDS: usize = 16;
 ///
 /// The plain [`TokenBucket`](crate::TokenBucket) keeps its layout in plain fields, so its hot
 /// path reads no parameters from memory shared with a writer; this type pays for being
-/// adjustable instead. Its state is one 64-bit atomic: a 32-bit *generation* above a bucket word
-/// on the 32-bit layout. The layout for each generation sits in one of two slots of atomics,
-/// published under a version (a seqlock in safe atomics). An acquire reads the state, the slot
-/// for its generation, and runs the usual transition; its compare-exchange includes the
+/// adjustable instead. Its state is one atomic twice the word's width: a 32-bit *generation*
+/// beside the bucket's word, laid out as [`TokenBucket`](crate::TokenBucket) lays out the same
+/// word `W`. The layout for each generation sits in one of two slots of atomics, published under
+/// a version (a seqlock in safe atomics). An acquire reads the state, the slot for its
+/// generation, and runs the same transition as `TokenBucket`; its compare-exchange includes the
 /// generation, so it lands only if the quota it used is still the current one. A change writes
 /// the other slot, then converts the word and bumps the generation in one compare-exchange.
 ///
 /// **The fill is kept as-is, in tokens, capped by the new burst** (debt from reservations or a
-/// pause is kept in tokens too). As-is rather than proportionate: tokens already earned are the
-/// caller's to spend under either quota, and a change mints none — a proportionate fill would
-/// turn 5 of 10 into 50 of 100 on a larger burst, granting at once what was never earned. So
-/// over a run of quota changes, grants stay within the sum over each segment of its burst plus
-/// its rate times its length.
+/// pause is kept in time, clamped to the new debt bound). As-is rather than proportionate: tokens
+/// already earned are the caller's to spend under either quota, and a change mints none — a
+/// proportionate fill would turn 5 of 10 into 50 of 100 on a larger burst, granting at once what
+/// was never earned. So over a run of quota changes, grants stay within the sum over each segment
+/// of its burst plus its rate times its length.
 ///
-/// The 32-bit layout bounds what it holds as the 32-bit word does: an idle horizon of an hour
-/// where the rate and clock allow (call [`touch`](Self::touch) within it; past it an idle
-/// bucket reads as empty, never as fuller) and a [`max_pause`](Self::max_pause) of about half
-/// that. The generation wraps after 2^32 changes; an acquire would have to stall between its
-/// read and its compare-exchange across all of them to act on a stale quota. Only where the
-/// target has 64-bit atomics.
+/// **The word.** `W` is [`DefaultAdjustableWord`]: the [`DefaultWord`](crate::DefaultWord)
+/// (`u64`) where a lock-free 128-bit atomic holds it beside the generation (x86_64 with `std` or
+/// cmpxchg16b, aarch64), else `u32` in a 64-bit atomic. Each word gives exactly what
+/// `TokenBucket` gives on it: on `u64` an idle horizon of at least a century where the rate
+/// allows and pauses of decades; on `u32` the 32-bit word's horizon (an hour or more for
+/// ordinary quotas; call [`touch`](Self::touch) within it) and a
+/// [`max_pause`](Self::max_pause) of one burst's refill. Choose it with
+/// [`try_new_with_word`](Self::try_new_with_word). The generation wraps after 2^32 changes; an
+/// acquire would have to stall between its read and its compare-exchange across all of them to
+/// act on a stale quota. Only where the target has 64-bit atomics.
 ///
 /// ```
 /// use core::time::Duration;
@@ -53,18 +56,17 @@ const FIELDS: usize = 16;
 /// bucket.set_quota(Quota::new(Rate::per_second(5)).burst(5))?;
 /// assert_eq!(bucket.available(), 5);
 /// assert!(bucket.try_acquire(5).is_ok());
-/// // One every 200 ms now (the 32-bit layout holds 5/s on a nanosecond clock rounded down by
-/// // under a millionth, so the token is there a few nanoseconds after 200 ms).
-/// clock.advance(Duration::from_millis(200));
+/// // One every 200 ms now, to the nanosecond on the 64-bit word.
+/// clock.advance(Duration::from_millis(200) - Duration::from_nanos(1));
 /// assert!(bucket.try_acquire(1).is_err());
-/// clock.advance(Duration::from_micros(1));
+/// clock.advance(Duration::from_nanos(1));
 /// assert!(bucket.try_acquire(1).is_ok());
 /// # Ok::<(), tollgate::SetQuotaError>(())
 /// ```
 #[derive(Debug)]
-pub struct AdjustableBucket<C> {
-    /// `generation << 32 | word`.
-    state: AtomicU64,
+pub struct AdjustableBucket<C, W: AdjustableWord = DefaultAdjustableWord> {
+    /// The generation and the word.
+    state: W::Tagged,
     /// The layout of generation `g` is in `slots[g % 2]`.
     slots: [Slot; 2],
     /// Held by the one change in progress; acquires never look at it.
@@ -205,15 +207,32 @@ impl<C: Clock> AdjustableBucket<C> {
         }
     }
 
-    /// A bucket for `quota` on the 32-bit layout. Reads the clock and applies the start fill
-    /// now.
+    /// A bucket for `quota` on the [`DefaultAdjustableWord`]. Reads the clock and applies the
+    /// start fill now.
     pub fn try_new(quota: Quota, clock: C) -> Result<Self, ConfigError> {
-        let params = Params::solve_deep32(&quota, C::TICKS_PER_SECOND)?;
+        Self::try_new_with_word(quota, clock)
+    }
+}
+
+impl<C: Clock, W: AdjustableWord> AdjustableBucket<C, W> {
+    /// A bucket for `quota` on the word `W`, laid out as
+    /// [`TokenBucket::try_new_with_word`](crate::TokenBucket::try_new_with_word) lays it out.
+    ///
+    /// ```
+    /// use tollgate::{AdjustableBucket, ManualClock, Quota, Rate};
+    ///
+    /// let clock = ManualClock::new();
+    /// let small = AdjustableBucket::<_, u32>::try_new_with_word(Quota::new(Rate::per_second(5)), &clock)?;
+    /// assert!(small.try_acquire(5).is_ok());
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn try_new_with_word(quota: Quota, clock: C) -> Result<Self, ConfigError> {
+        let params = Params::solve(&quota, C::TICKS_PER_SECOND, W::BITS)?;
         let slots = [Slot::empty(), Slot::empty()];
         slots[0].write(0, &params);
         let word = params.fresh(params.units_at(clock.now()));
         Ok(Self {
-            state: AtomicU64::new(word),
+            state: W::tagged(0, word),
             slots,
             changing: AtomicBool::new(false),
             clock,
@@ -229,7 +248,7 @@ impl<C: Clock> AdjustableBucket<C> {
         }
         let now = self.clock.now();
         self.update(
-            |p, word, now_units| take_now::<C>(p, word, now, now_units, p.cost(n)?),
+            |p, word, now_units| p.take_now::<C>(word, now, now_units, p.cost(n)?),
             now,
         )
     }
@@ -244,7 +263,7 @@ impl<C: Clock> AdjustableBucket<C> {
         let outcome = self.update(
             |p, word, now_units| {
                 used = Some(*p);
-                p.paused_for(word, now, now_units, ticks)
+                p.pause_step(word, now, now_units, ticks)
             },
             now,
         );
@@ -253,10 +272,12 @@ impl<C: Clock> AdjustableBucket<C> {
     }
 
     /// Changes the rate and the burst, safe while other threads acquire. The tokens in the
-    /// bucket are kept as they are, capped by the new burst; the start fill of `quota` is not
-    /// used. A quota this clock cannot hold, or another change in progress, changes nothing.
+    /// bucket are kept as they are, capped by the new burst; debt and a pause are kept in time,
+    /// cut to the new quota's [`max_pause`](Self::max_pause) (decades on the 64-bit word, one
+    /// burst's refill on the 32-bit word); the start fill of `quota` is not used. A quota this clock cannot hold on the word `W`, or another change in progress,
+    /// changes nothing.
     pub fn set_quota(&self, quota: Quota) -> Result<(), SetQuotaError> {
-        let to = Params::solve_deep32(&quota, C::TICKS_PER_SECOND)?;
+        let to = Params::solve(&quota, C::TICKS_PER_SECOND, W::BITS)?;
         // Acquire: sees the slot and state the previous change published.
         if self
             .changing
@@ -265,22 +286,23 @@ impl<C: Clock> AdjustableBucket<C> {
         {
             return Err(SetQuotaError::Busy);
         }
-        let (mut state, from) = self.current();
-        let next = generation(state).wrapping_add(1);
+        let ((generation, mut word), from) = self.current();
+        let next = generation.wrapping_add(1);
         self.slots[next as usize % 2].write(next, &to);
         let now = self.clock.now();
         loop {
-            let word = from.converted(&to, state & WORD_MASK, now);
-            // Release: an acquire that reads the new generation also reads its slot. Only
-            // this change moves the generation, so a failure is an acquire landing first.
-            match self.state.compare_exchange_weak(
-                state,
-                u64::from(next) << 32 | word,
-                Ordering::Release,
-                Ordering::Relaxed,
+            let converted = from.converted(&to, word, now);
+            // Release (`publish`): an acquire that reads the new generation also reads its
+            // slot. Only this change moves the generation, so a failure is an acquire landing
+            // first.
+            match W::compare_exchange_tagged(
+                &self.state,
+                (generation, word),
+                (next, converted),
+                true,
             ) {
-                Ok(_) => break,
-                Err(actual) => state = actual,
+                Ok(()) => break,
+                Err((_, actual)) => word = actual,
             }
         }
         // Release: the next change starts from this one's slot and state.
@@ -290,8 +312,8 @@ impl<C: Clock> AdjustableBucket<C> {
 
     /// Whole tokens in the bucket now; 0 in debt.
     pub fn available(&self) -> u64 {
-        let (state, p) = self.current();
-        p.tokens(state & WORD_MASK, p.units_at(self.clock.now()))
+        let ((_, word), p) = self.current();
+        p.tokens(word, p.units_at(self.clock.now()))
     }
 
     /// The current burst.
@@ -299,13 +321,14 @@ impl<C: Clock> AdjustableBucket<C> {
         self.current().1.burst
     }
 
-    /// The longest pause the current layout holds.
+    /// The longest pause the current layout holds: as
+    /// [`TokenBucket::max_pause`](crate::TokenBucket::max_pause) on the same word.
     pub fn max_pause(&self) -> Duration {
-        ticks_to_duration_ceil::<C>(self.current().1.max_pause_ticks())
+        self.current().1.max_pause::<C>()
     }
 
     /// How long the bucket may go untouched and still read exactly, under the current quota:
-    /// as [`TokenBucket::idle_horizon`](crate::TokenBucket::idle_horizon) on the 32-bit word.
+    /// as [`TokenBucket::idle_horizon`](crate::TokenBucket::idle_horizon) on the same word.
     pub fn idle_horizon(&self) -> Duration {
         self.current().1.idle_horizon::<C>()
     }
@@ -347,14 +370,14 @@ impl<C: Clock> AdjustableBucket<C> {
         &self.clock
     }
 
-    /// The state and its generation's layout.
+    /// The generation, the word and the generation's layout.
     #[inline]
-    pub(crate) fn current(&self) -> (u64, Params) {
+    pub(crate) fn current(&self) -> ((u32, u64), Params) {
         loop {
-            // Acquire: pairs with the Release of the change that wrote this generation.
-            let state = self.state.load(Ordering::Acquire);
-            if let Some(params) = self.slots[generation(state) as usize % 2].read(generation(state))
-            {
+            // Acquire (in `load_tagged`): pairs with the Release of the change that wrote this
+            // generation.
+            let state = W::load_tagged(&self.state);
+            if let Some(params) = self.slots[state.0 as usize % 2].read(state.0) {
                 return (state, params);
             }
             // Stale: two changes landed since the load. Read again.
@@ -370,23 +393,23 @@ impl<C: Clock> AdjustableBucket<C> {
         mut transition: impl FnMut(&Params, u64, u64) -> Result<(u64, T), E>,
         now_ticks: u64,
     ) -> Result<T, E> {
-        let (mut state, mut params) = self.current();
+        let ((mut generation, mut word), mut params) = self.current();
         loop {
-            let (word, out) = transition(&params, state & WORD_MASK, params.units_at(now_ticks))?;
-            let new = (state & !WORD_MASK) | word;
-            // Relaxed: the word is the bucket's state; the layout comes through `current`.
-            match self
-                .state
-                .compare_exchange_weak(state, new, Ordering::Relaxed, Ordering::Relaxed)
-            {
-                Ok(_) => return Ok(out),
-                Err(actual) if generation(actual) == generation(state) => state = actual,
-                Err(_) => (state, params) = self.current(),
+            let (new, out) = transition(&params, word, params.units_at(now_ticks))?;
+            // Relaxed (no `publish`): the word is the bucket's state; the layout comes through
+            // `current`.
+            match W::compare_exchange_tagged(
+                &self.state,
+                (generation, word),
+                (generation, new),
+                false,
+            ) {
+                Ok(()) => return Ok(out),
+                Err((actual_generation, actual)) if actual_generation == generation => {
+                    word = actual;
+                }
+                Err(_) => ((generation, word), params) = self.current(),
             }
         }
     }
-}
-
-fn generation(state: u64) -> u32 {
-    (state >> 32) as u32
 }

@@ -138,6 +138,7 @@ pub use wait::Jitter;
 with_atomic64! {
     pub use adjustable::{AdjustableBucket, SetQuotaError};
     pub use clock::ManualClock;
+    pub use engine::word::{AdjustableWord, DefaultAdjustableWord};
 }
 
 /// Loom models only: the mutant the models must catch (see `engine::sync::models`).

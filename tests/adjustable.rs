@@ -1,15 +1,43 @@
 //! Quota changes on a bucket in use: the fill kept as-is and capped, the new rate from the
-//! change on, and the bound across changes under threads.
+//! change on, and the bound across changes under threads; on both words, each laid out as a
+//! `TokenBucket` on the same word.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread;
 use std::time::Duration;
 
-use tollgate::{AdjustableBucket, ConfigError, Denied, ManualClock, Quota, Rate, SetQuotaError};
+use tollgate::{
+    AdjustableBucket, AdjustableWord, ConfigError, Denied, ManualClock, Quota, Rate, SetQuotaError,
+    TokenBucket,
+};
 
 const MS: u64 = 1_000_000;
 
-fn drain(bucket: &AdjustableBucket<&ManualClock>) -> u64 {
+/// Each test below runs on both words.
+macro_rules! on_both_words {
+    ($($test:ident),* $(,)?) => {$(
+        mod $test {
+            #[test]
+            fn u32() {
+                super::$test::<u32>();
+            }
+            #[test]
+            fn u64() {
+                super::$test::<u64>();
+            }
+        }
+    )*};
+}
+
+on_both_words!(
+    a_change_keeps_the_tokens_caps_them_by_the_new_burst_and_accrues_at_the_new_rate,
+    debt_and_pauses_are_kept_across_a_change,
+    a_quota_the_clock_cannot_hold_changes_nothing,
+    grants_stay_within_each_segments_burst_and_rate_while_threads_acquire,
+    the_accessors_are_those_of_a_token_bucket_on_the_same_word,
+);
+
+fn drain<W: AdjustableWord>(bucket: &AdjustableBucket<&ManualClock, W>) -> u64 {
     let mut granted = 0;
     while bucket.try_acquire(1).is_ok() {
         granted += 1;
@@ -17,11 +45,15 @@ fn drain(bucket: &AdjustableBucket<&ManualClock>) -> u64 {
     granted
 }
 
-#[test]
-fn a_change_keeps_the_tokens_caps_them_by_the_new_burst_and_accrues_at_the_new_rate() {
+fn a_change_keeps_the_tokens_caps_them_by_the_new_burst_and_accrues_at_the_new_rate<
+    W: AdjustableWord,
+>() {
     let clock = ManualClock::new();
-    let bucket =
-        AdjustableBucket::try_new(Quota::new(Rate::per_second(10)).burst(10), &clock).unwrap();
+    let bucket = AdjustableBucket::<_, W>::try_new_with_word(
+        Quota::new(Rate::per_second(10)).burst(10),
+        &clock,
+    )
+    .unwrap();
     // (ms, action, tokens available after it)
     enum Step {
         Take(u32),
@@ -33,7 +65,7 @@ fn a_change_keeps_the_tokens_caps_them_by_the_new_burst_and_accrues_at_the_new_r
         // A larger burst and rate: the 3 tokens are kept, not scaled up to 30.
         (0, Set(Quota::new(Rate::per_second(100)).burst(100)), 3),
         // (The 32-bit word holds 100/s rounded down by under a millionth: the tenth token is
-        // there a few nanoseconds after 100 ms.)
+        // there a few nanoseconds after 100 ms; the 64-bit word holds it exactly.)
         (101, Take(0), 13),
         // A smaller burst: 13 capped at 5.
         (100, Set(Quota::new(Rate::per_second(1)).burst(5)), 5),
@@ -60,35 +92,44 @@ fn a_change_keeps_the_tokens_caps_them_by_the_new_burst_and_accrues_at_the_new_r
     );
 }
 
-#[test]
-fn debt_and_pauses_are_kept_across_a_change() {
+fn debt_and_pauses_are_kept_across_a_change<W: AdjustableWord>() {
     let clock = ManualClock::new();
-    let bucket =
-        AdjustableBucket::try_new(Quota::new(Rate::per_second(10)).burst(10), &clock).unwrap();
+    let bucket = AdjustableBucket::<_, W>::try_new_with_word(
+        Quota::new(Rate::per_second(10)).burst(10),
+        &clock,
+    )
+    .unwrap();
     assert_eq!(
         bucket.pause_for(Duration::from_secs(1)).resumes_after(),
         Duration::from_secs(1)
     );
-    // The pause of 1 s at 10/s stays a pause of 1 s at 100/s: debt is kept in time.
+    // The pause of 1 s at 10/s stays a pause of 1 s at 100/s: debt is kept in time, up to
+    // the new quota's deepest debt (decades on the 64-bit word; one burst's refill, 100 ms, on
+    // the 32-bit word).
     bucket
         .set_quota(Quota::new(Rate::per_second(100)).burst(10))
         .unwrap();
-    // 1 s and one token's 10 ms, rounded up to the word's resolution.
+    let kept = Duration::from_secs(1).min(bucket.max_pause());
+    let expected_kept = if W::BITS == 64 { 1_000 } else { 100 };
+    assert_eq!(kept.as_millis(), expected_kept);
+    // The pause kept and one token's 10 ms, rounded up to the word's resolution.
     let Err(Denied::Insufficient { retry_after }) = bucket.try_acquire(1) else {
         panic!("granted in debt");
     };
+    let want = kept + Duration::from_millis(10);
     assert!(
-        retry_after >= Duration::from_millis(1_010)
-            && retry_after - Duration::from_millis(1_010) <= Duration::from_micros(10),
+        retry_after >= want && retry_after - want <= Duration::from_micros(10),
         "{retry_after:?}"
     );
 }
 
-#[test]
-fn a_quota_the_clock_cannot_hold_changes_nothing() {
+fn a_quota_the_clock_cannot_hold_changes_nothing<W: AdjustableWord>() {
     let clock = ManualClock::new();
-    let bucket =
-        AdjustableBucket::try_new(Quota::new(Rate::per_second(10)).burst(10), &clock).unwrap();
+    let bucket = AdjustableBucket::<_, W>::try_new_with_word(
+        Quota::new(Rate::per_second(10)).burst(10),
+        &clock,
+    )
+    .unwrap();
     assert_eq!(
         bucket.set_quota(Quota::new(Rate::per_second(0))),
         Err(SetQuotaError::Config(ConfigError::ZeroRate))
@@ -97,8 +138,7 @@ fn a_quota_the_clock_cannot_hold_changes_nothing() {
     assert_eq!(drain(&bucket), 10);
 }
 
-#[test]
-fn grants_stay_within_each_segments_burst_and_rate_while_threads_acquire() {
+fn grants_stay_within_each_segments_burst_and_rate_while_threads_acquire<W: AdjustableWord>() {
     // A control thread moves the clock in 1 ms steps and changes the quota every 20 ms among
     // three; workers acquire all along. Over the run, grants may not exceed the sum over each
     // segment of its burst plus its rate times its length.
@@ -108,7 +148,7 @@ fn grants_stay_within_each_segments_burst_and_rate_while_threads_acquire() {
         (Quota::new(Rate::per_second(5_000)).burst(200), 5_000, 200),
     ];
     let clock = ManualClock::new();
-    let bucket = AdjustableBucket::try_new(quotas[0].0, &clock).unwrap();
+    let bucket = AdjustableBucket::<_, W>::try_new_with_word(quotas[0].0, &clock).unwrap();
     let granted = AtomicU64::new(0);
     let attempts = AtomicU64::new(0);
     let done = AtomicBool::new(false);
@@ -160,4 +200,109 @@ fn grants_stay_within_each_segments_burst_and_rate_while_threads_acquire() {
         granted * 2 > accrued,
         "granted {granted}, accrued {accrued}"
     );
+}
+
+fn the_accessors_are_those_of_a_token_bucket_on_the_same_word<W: AdjustableWord>() {
+    // Each quota as the first and after a change: the README's LLM quota, a nanosecond clock's
+    // billion a second, a rate no word holds exactly, a slow one and a tiny burst.
+    let quotas = [
+        Quota::new(Rate::per_minute(90_000)).burst(7_500),
+        Quota::new(Rate::per_second(1_000_000_000)).burst(1_000_000),
+        Quota::new(Rate::per_second(549_637)).burst(100),
+        Quota::new(Rate::per_day(3)).burst(2),
+        Quota::new(Rate::per_second(50_001)).burst(10),
+    ];
+    let clock = ManualClock::new();
+    let adjustable = AdjustableBucket::<_, W>::try_new_with_word(quotas[4], &clock).unwrap();
+    for quota in quotas {
+        // A quota the word cannot hold is refused alike, and changes nothing.
+        let plain = match TokenBucket::<_, W>::try_new_with_word(quota, &clock) {
+            Ok(plain) => plain,
+            Err(error) => {
+                let refused = AdjustableBucket::<_, W>::try_new_with_word(quota, &clock);
+                assert_eq!(refused.err(), Some(error), "{quota}");
+                let before = adjustable.tick_rate();
+                assert_eq!(
+                    adjustable.set_quota(quota),
+                    Err(SetQuotaError::Config(error))
+                );
+                assert_eq!(adjustable.tick_rate(), before);
+                continue;
+            }
+        };
+        let fresh = AdjustableBucket::<_, W>::try_new_with_word(quota, &clock).unwrap();
+        adjustable.set_quota(quota).unwrap();
+        for bucket in [&fresh, &adjustable] {
+            assert_eq!(bucket.idle_horizon(), plain.idle_horizon(), "{quota}");
+            assert_eq!(bucket.resolution(), plain.resolution(), "{quota}");
+            assert_eq!(
+                bucket.resolution_ticks(),
+                plain.resolution_ticks(),
+                "{quota}"
+            );
+            assert_eq!(bucket.tick_rate(), plain.tick_rate(), "{quota}");
+            assert_eq!(bucket.is_exact(), plain.is_exact(), "{quota}");
+            assert_eq!(bucket.max_pause(), plain.max_pause(), "{quota}");
+            assert_eq!(bucket.burst(), quota.burst_size(), "{quota}");
+        }
+    }
+}
+
+/// The README's LLM quota (90 000 tokens a minute, burst 7 500) on the 64-bit word: left alone
+/// a week after being drained, it reads full, before and after a quota change; its horizon is
+/// that of a `TokenBucket`, over a century. The 32-bit word's is an hour or more.
+#[test]
+fn the_llm_quota_reads_full_after_a_week_on_the_64_bit_word() {
+    const WEEK: Duration = Duration::from_secs(7 * 86_400);
+    const CENTURY: Duration = Duration::from_secs(100 * 31_557_600);
+    let llm = Quota::new(Rate::per_minute(90_000)).burst(7_500);
+    let clock = ManualClock::new();
+    let bucket = AdjustableBucket::<_, u64>::try_new_with_word(llm, &clock).unwrap();
+    assert!(
+        bucket.idle_horizon() >= CENTURY,
+        "{:?}",
+        bucket.idle_horizon()
+    );
+    for quota in [llm, Quota::new(Rate::per_minute(60_000)).burst(5_000), llm] {
+        bucket.set_quota(quota).unwrap();
+        // (The fill is kept across the change, capped: drained, whatever it held.)
+        drain(&bucket);
+        assert_eq!(bucket.available(), 0);
+        clock.advance(WEEK);
+        assert_eq!(bucket.available(), quota.burst_size(), "{quota}");
+    }
+    // And the default word is the 64-bit one here.
+    let default = AdjustableBucket::try_new(llm, &clock).unwrap();
+    assert_eq!(default.idle_horizon(), bucket.idle_horizon());
+    let narrow = AdjustableBucket::<_, u32>::try_new_with_word(llm, &clock).unwrap();
+    assert!(narrow.idle_horizon() >= Duration::from_secs(3_600));
+    assert!(narrow.idle_horizon() < WEEK);
+}
+
+/// The horizons the README quotes for this type (`--nocapture` prints them).
+#[test]
+fn horizons_on_both_words() {
+    let clock = ManualClock::new();
+    for (name, quota) in [
+        (
+            "90 000/min, burst 7 500",
+            Quota::new(Rate::per_minute(90_000)).burst(7_500),
+        ),
+        (
+            "10^9/s, burst 10^6",
+            Quota::new(Rate::per_second(1_000_000_000)).burst(1_000_000),
+        ),
+    ] {
+        let wide = AdjustableBucket::<_, u64>::try_new_with_word(quota, &clock).unwrap();
+        let narrow = AdjustableBucket::<_, u32>::try_new_with_word(quota, &clock).unwrap();
+        let years = |d: Duration| d.as_secs() as f64 / 31_557_600.0;
+        println!(
+            "{name}: 64-bit word {:.0} years ({:?} resolution), 32-bit word {:?} ({:?} resolution)",
+            years(wide.idle_horizon()),
+            wide.resolution(),
+            narrow.idle_horizon(),
+            narrow.resolution(),
+        );
+        assert!(wide.idle_horizon() >= Duration::from_secs(100 * 31_557_600));
+    }
 }

@@ -6,14 +6,18 @@
 //! tick for most configurations), or in fixed point on the 32-bit word. Over random rates (1 per year to 10^12 per second), bursts
 //! (1 to 2^32), clock frequencies (32 768 Hz to 10 GHz), clock origins near `u64::MAX`, both word
 //! widths and random sequences of acquire / reserve / cancel / advance, the bucket and the model
-//! must agree on every decision, every `retry_after`, every wait and every `available()`.
+//! must agree on every decision, every `retry_after`, every wait and every `available()`. An
+//! `AdjustableBucket` on the same word runs beside it, taking the same acquires (it has no
+//! reservations): it must agree with a model of its own, and report the same layout.
 
 use std::time::Duration;
 
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::TestCaseError;
-use tollgate::{ConfigError, Denied, Quota, Rate, Reservation, TokenBucket, Word};
+use tollgate::{
+    AdjustableBucket, AdjustableWord, ConfigError, Denied, Quota, Rate, Reservation, TokenBucket,
+};
 
 const NANOS: u128 = 1_000_000_000;
 const YEAR_SECS: u128 = 31_557_600;
@@ -66,6 +70,7 @@ impl Reading {
 }
 
 /// The textbook token bucket, in exact integers: level in units, read as the bucket reads.
+#[derive(Clone)]
 struct Model {
     reading: Reading,
     /// Units in a token.
@@ -237,6 +242,16 @@ fn case() -> impl Strategy<Value = Case> {
         })
 }
 
+/// A `try_acquire`'s answer, as the model gives it.
+fn taken(result: Result<(), Denied>) -> Result<Answer, TestCaseError> {
+    match result {
+        Ok(()) => Ok(Answer::Granted),
+        Err(Denied::Insufficient { retry_after }) => Ok(Answer::Insufficient(retry_after)),
+        Err(Denied::ExceedsCapacity { .. }) => Ok(Answer::ExceedsCapacity),
+        Err(other) => Err(TestCaseError::fail(format!("{other:?}"))),
+    }
+}
+
 /// How a case ended: run, refused by the word, or outside the rates under test.
 #[derive(Debug, PartialEq)]
 enum Outcome {
@@ -246,7 +261,7 @@ enum Outcome {
     OutOfRange,
 }
 
-fn run<const HZ: u64, W: Word>(case: &Case) -> Result<Outcome, TestCaseError> {
+fn run<const HZ: u64, W: AdjustableWord>(case: &Case) -> Result<Outcome, TestCaseError> {
     let per_second = case.tokens as u128 * NANOS / case.period_ns as u128;
     let rate_ok = case.tokens as u128 * YEAR_SECS * NANOS >= case.period_ns as u128
         && per_second <= 1_000_000_000_000;
@@ -273,6 +288,15 @@ fn run<const HZ: u64, W: Word>(case: &Case) -> Result<Outcome, TestCaseError> {
         }
         Err(other) => return Err(TestCaseError::fail(format!("{other:?}"))),
     };
+
+    // The adjustable bucket on the same word: the same layout, so the same answers.
+    let adjustable = AdjustableBucket::<_, W>::try_new_with_word(quota, &clock).unwrap();
+    prop_assert_eq!(adjustable.tick_rate(), bucket.tick_rate());
+    prop_assert_eq!(adjustable.is_exact(), bucket.is_exact());
+    prop_assert_eq!(adjustable.resolution_ticks(), bucket.resolution_ticks());
+    prop_assert_eq!(adjustable.resolution(), bucket.resolution());
+    prop_assert_eq!(adjustable.idle_horizon(), bucket.idle_horizon());
+    prop_assert_eq!(adjustable.max_pause(), bucket.max_pause());
 
     let hz = HZ as u128;
     // The rate the bucket enforces: the quota's, or rounded down by under 2^-20 (the 64-bit
@@ -326,6 +350,9 @@ fn run<const HZ: u64, W: Word>(case: &Case) -> Result<Outcome, TestCaseError> {
         held: Vec::new(),
     };
 
+    // The adjustable bucket's model: acquires only.
+    let mut adjustable_model = model.clone();
+
     // Keep the whole run inside the word's idle horizon, and waits inside its debt bound.
     let horizon = bucket.idle_horizon().as_nanos() * hz / NANOS;
     let mut budget = horizon / 2;
@@ -349,13 +376,11 @@ fn run<const HZ: u64, W: Word>(case: &Case) -> Result<Outcome, TestCaseError> {
         match *step {
             Step::Acquire(raw) => {
                 let n = pick_n(raw);
-                let got = match bucket.try_acquire(n) {
-                    Ok(()) => Answer::Granted,
-                    Err(Denied::Insufficient { retry_after }) => Answer::Insufficient(retry_after),
-                    Err(Denied::ExceedsCapacity { .. }) => Answer::ExceedsCapacity,
-                    Err(other) => return Err(TestCaseError::fail(format!("{other:?}"))),
-                };
+                let got = taken(bucket.try_acquire(n))?;
                 prop_assert_eq!(got, model.acquire(t, n), "acquire {} at {}", n, t);
+                let got = taken(adjustable.try_acquire(n))?;
+                let want = adjustable_model.acquire(t, n);
+                prop_assert_eq!(got, want, "adjustable: acquire {} at {}", n, t);
             }
             Step::Reserve(raw, wait_raw) => {
                 let n = pick_n(raw);
@@ -409,6 +434,12 @@ fn run<const HZ: u64, W: Word>(case: &Case) -> Result<Outcome, TestCaseError> {
             bucket.available(),
             model.available(now),
             "available at {}",
+            now
+        );
+        prop_assert_eq!(
+            adjustable.available(),
+            adjustable_model.available(now),
+            "adjustable: available at {}",
             now
         );
     }

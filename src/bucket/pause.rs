@@ -94,13 +94,13 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
 
     /// The longest pause the word can hold: the debt bound, read to the clock's resolution.
     pub fn max_pause(&self) -> Duration {
-        ticks_to_duration_ceil::<C>(self.params.max_pause_ticks())
+        self.params.max_pause::<C>()
     }
 
     fn pause_ticks(&self, now: u64, ticks: u64) -> Pause {
         let p = &self.params;
         let outcome = self.update(now, |word, now_units| {
-            p.paused_for(word, now, now_units, ticks)
+            p.pause_step(word, now, now_units, ticks)
         });
         p.pause_answer::<C>(now, ticks, outcome)
     }

@@ -2,7 +2,7 @@
 //! [`WordCell::update`], so the loop that reads the word, applies a pure transition and retries
 //! on contention exists once.
 
-use crate::clock::{ticks_to_duration_ceil, Clock};
+use crate::clock::Clock;
 use crate::engine::layout::Params;
 use crate::engine::word::Word;
 use crate::Denied;
@@ -24,7 +24,7 @@ impl<'a, W: Word> WordCell<'a, W> {
         cost: u64,
     ) -> Result<(), Denied> {
         self.update(now_ticks, |word, now_units| {
-            take_now::<C>(self.params, word, now_ticks, now_units, cost)
+            self.params.take_now::<C>(word, now_ticks, now_units, cost)
         })
     }
 
@@ -89,23 +89,5 @@ impl<'a, W: Word> WordCell<'a, W> {
                 Err(_spurious) => {}
             }
         }
-    }
-}
-
-/// The try-take transition of every bucket kind: `cost` units from `word` at `now_units`, without
-/// debt, or how long until the bucket holds them.
-#[inline]
-pub(crate) fn take_now<C: Clock + ?Sized>(
-    p: &Params,
-    word: u64,
-    now_ticks: u64,
-    now_units: u64,
-    cost: u64,
-) -> Result<(u64, ()), Denied> {
-    match p.take(word, now_units, cost, 0) {
-        Ok((word, _)) => Ok((word, ())),
-        Err(short) => Err(Denied::Insufficient {
-            retry_after: ticks_to_duration_ceil::<C>(p.ticks_until(now_ticks, short)),
-        }),
     }
 }

@@ -19,10 +19,25 @@
 //! `negative_from` reads as negative (the bucket in debt, or the clock stepped back), anything
 //! below it as elapsed time. On the 64-bit word the split is at `W / 2`, so only an idle of more
 //! than a century misreads. On the 32-bit word debt is at most one burst, the negative side two
-//! bursts (so that a clock stepped back by up to a burst's refill credits nothing even at the
-//! deepest debt), and the burst itself at most `W / 512`: an idle of any length past the
-//! horizon reads full again except in `3 · burst / W` of the ring (under 0.6 %), where it reads
-//! at most two bursts in debt.
+//! bursts and two steps (so that a clock stepped back by up to a burst's refill credits nothing
+//! even at the deepest debt), and the burst itself at most `W / 512`: an idle of any length past
+//! the horizon reads full again except in `3 · burst / W` of the ring (under 0.6 %), where it
+//! reads at most two bursts and two steps in debt: a false wait of at most two refills, the
+//! tokens asked and two steps.
+//!
+//! What a clock stepped back does, exactly. On the 64-bit word, a step back by less than half the
+//! word's span (centuries) reads as debt and credits nothing; past that it reads as a long idle.
+//! On the 32-bit word, a step back of `s` from a bucket holding level `L` (negative in debt, at
+//! least minus one burst) credits nothing while `L - s` stays within the negative side, so for
+//! any `s` up to one burst's refill time; a larger step back reads as a long idle: the bucket
+//! reads full, which credits at most one burst and ends any debt or pause it held.
+//!
+//! Why the 32-bit word's false wait is not held to one refill: a wrap landing on a reading of a
+//! burst in debt is indistinguishable from a reservation of the whole burst (legitimate), and a
+//! reading deeper than that from a clock stepped back by up to a refill at that debt, whose
+//! decisions must credit nothing. Clamping such a reading back to the debt bound would be a
+//! write at the stepped-back instant, crediting the step back (up to a burst at once); so the
+//! bound is what the negative side holds, and `touch` within the horizon avoids it entirely.
 //!
 //! The solver picks, for the 64-bit word, the finest exact layout whose horizon reaches 100
 //! years (or 2^62 ticks, a quarter of the clock's own range, for clocks above 1.46 GHz), then
@@ -157,7 +172,7 @@ impl Params {
         }
 
         if bits == 32 {
-            return match fixed_point(a, b, burst, start, ticks_per_second, false) {
+            return match fixed_point(a, b, burst, start, ticks_per_second) {
                 Err(ConfigError::Unrepresentable) => {
                     narrow_quanta(a, b, burst, start, ticks_per_second)
                 }
@@ -202,38 +217,6 @@ impl Params {
             return Ok(p);
         }
         Err(ConfigError::Unrepresentable)
-    }
-
-    /// The 32-bit layout with a deep debt window (a quarter of the word) instead of one burst:
-    /// for [`AdjustableBucket`](crate::AdjustableBucket), which pauses for as long as an
-    /// upstream asks and lives on hosts; past its horizon it reads as debt in about a quarter
-    /// of idle lengths instead of under one per cent.
-    // Only `AdjustableBucket` calls it, and it needs native 64-bit atomics: compiled everywhere.
-    #[cfg_attr(not(target_has_atomic = "64"), allow(dead_code))]
-    pub(crate) const fn solve_deep32(
-        quota: &Quota,
-        ticks_per_second: u64,
-    ) -> Result<Self, ConfigError> {
-        match Self::solve(quota, ticks_per_second, 32) {
-            Ok(p) => {
-                let rate = quota.rate();
-                let a0 = rate.tokens() as u128 * 1_000_000_000;
-                let b0 = rate.period_ns() as u128 * ticks_per_second as u128;
-                let g = gcd(a0, b0);
-                match fixed_point(
-                    a0 / g,
-                    b0 / g,
-                    p.burst,
-                    quota.start_fill(),
-                    ticks_per_second,
-                    true,
-                ) {
-                    Ok(p) => p.holding_the_window(quota, ticks_per_second),
-                    Err(e) => Err(e),
-                }
-            }
-            Err(e) => Err(e),
-        }
     }
 
     /// Whether the bucket enforces the quota's rate exactly, rather than rounded down.
@@ -304,12 +287,9 @@ const fn fixed_point(
     burst: u64,
     start: u64,
     ticks_per_second: u64,
-    deep: bool,
 ) -> Result<Params, ConfigError> {
     let f = FIXED_FRACTION_BITS;
     let ring: u128 = 1 << 32;
-    // The deep window takes a quarter of the ring, and the hour must fit in the rest.
-    let usable = if deep { ring / 4 * 3 } else { ring };
     // The burst gets at most W / 512 units, so that the misread share of the ring (the burst
     // and the negative window of two bursts) stays under 0.6 %.
     let u_band = (ring >> BURST_SHARE_BITS) / burst as u128;
@@ -320,7 +300,7 @@ const fn fixed_point(
     let hour_ticks = 3_600 * ticks_per_second as u128;
     let u_hour = match hour_ticks.checked_mul(a) {
         Some(hour) => match (3 * burst as u128).checked_mul(b) {
-            Some(bursts) => match (usable - 2).checked_mul(b) {
+            Some(bursts) => match (ring - 2).checked_mul(b) {
                 Some(room) => room / (hour + bursts),
                 None => 0,
             },
@@ -375,11 +355,7 @@ const fn fixed_point(
     // one burst's refill.
     let step = m.div_ceil(1 << f);
     // (Two steps more, for the rounding of a reading at either end of the step back.)
-    let (max_debt, window) = if deep {
-        (ring / 4, ring / 4)
-    } else {
-        (burst_units, 2 * burst_units + 2 * step)
-    };
+    let (max_debt, window) = (burst_units, 2 * burst_units + 2 * step);
     let ceiling = burst_units + min(step, units_per_token) - 1;
     // Idle from a full write: the reading stays below `negative_from` while
     // ceiling + floor(ticks · M / 2^32) + 1 < W - window.

@@ -17,6 +17,21 @@ pub(crate) use portable_atomic::{AtomicU32, Ordering};
 #[cfg(all(not(loom), any(target_has_atomic = "64", feature = "word64")))]
 pub(crate) use portable_atomic::AtomicU64;
 
+/// `AdjustableBucket`'s state on the 64-bit word, only where it is lock-free (see
+/// `word::AdjustableWord`).
+#[cfg(all(
+    not(loom),
+    target_has_atomic = "64",
+    any(
+        target_arch = "aarch64",
+        all(
+            target_arch = "x86_64",
+            any(target_feature = "cmpxchg16b", feature = "std")
+        )
+    )
+))]
+pub(crate) use portable_atomic::AtomicU128;
+
 #[cfg(loom)]
 pub(crate) use loom::{
     hint::spin_loop,

@@ -7,9 +7,8 @@
 use core::time::Duration;
 
 use super::ReserveCancel;
-use crate::engine::cell::take_now;
 use crate::engine::layout::Params;
-use crate::{AdjustableBucket, Clock, Denied};
+use crate::{AdjustableBucket, AdjustableWord, Clock, Denied};
 
 /// What a wait took from an [`AdjustableBucket`], for a give-back if the caller does not act.
 pub(crate) struct AdjustableTake {
@@ -21,7 +20,7 @@ pub(crate) struct AdjustableTake {
     made_ticks: u64,
 }
 
-impl<C: Clock> ReserveCancel for AdjustableBucket<C> {
+impl<C: Clock, W: AdjustableWord> ReserveCancel for AdjustableBucket<C, W> {
     type Cost = u32;
     type Taken = AdjustableTake;
 
@@ -30,7 +29,7 @@ impl<C: Clock> ReserveCancel for AdjustableBucket<C> {
         self.update(
             |p, word, now_units| {
                 let cost_units = p.cost(n)?;
-                let (due_units, ()) = take_now::<C>(p, word, now, now_units, cost_units)?;
+                let (due_units, ()) = p.take_now::<C>(word, now, now_units, cost_units)?;
                 let take = AdjustableTake {
                     params: *p,
                     due_units,
@@ -64,7 +63,7 @@ impl<C: Clock> ReserveCancel for AdjustableBucket<C> {
 }
 
 #[cfg(feature = "std")]
-impl<C: Clock> super::queue::Lined for AdjustableBucket<C> {
+impl<C: Clock, W: AdjustableWord> super::queue::Lined for AdjustableBucket<C, W> {
     type Clock = C;
     fn units_for(&self, n: u32) -> Result<u64, Denied> {
         self.current().1.cost(n)
@@ -73,10 +72,10 @@ impl<C: Clock> super::queue::Lined for AdjustableBucket<C> {
         self.clock().now()
     }
     fn ticks_until_holding(&self, now_ticks: u64, units: u64) -> u64 {
-        let (state, p) = self.current();
+        let ((_generation, word), p) = self.current();
         let now_units = p.units_at(now_ticks);
         let units = units.min(p.max_debt_units);
-        match p.take(state & crate::adjustable::WORD_MASK, now_units, units, 0) {
+        match p.take(word, now_units, units, 0) {
             Ok(_) => 0,
             Err(short) => p.ticks_until(now_ticks, short),
         }
@@ -84,7 +83,7 @@ impl<C: Clock> super::queue::Lined for AdjustableBucket<C> {
 }
 
 #[cfg(feature = "std")]
-impl<C: Clock> AdjustableBucket<C> {
+impl<C: Clock, W: AdjustableWord> AdjustableBucket<C, W> {
     /// Takes `n` tokens, blocking the thread until they have accrued under the quota current
     /// then; returns the time waited. As
     /// [`TokenBucket::acquire_blocking`](crate::TokenBucket::acquire_blocking): threads wait in
@@ -101,7 +100,7 @@ impl<C: Clock> AdjustableBucket<C> {
 }
 
 #[cfg(feature = "tokio")]
-impl<C: Clock> AdjustableBucket<C> {
+impl<C: Clock, W: AdjustableWord> AdjustableBucket<C, W> {
     /// Takes `n` tokens, waiting until they have accrued under the quota current then; returns
     /// the time waited. As [`TokenBucket::acquire`](crate::TokenBucket::acquire): tasks wait in
     /// line, and a future dropped mid-wait has taken nothing.
@@ -114,8 +113,8 @@ impl<C: Clock> AdjustableBucket<C> {
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// let bucket = AdjustableBucket::try_new(Quota::new(Rate::per_second(4)).start_empty(), TokioClock::new())?;
     /// let waited = bucket.acquire(1).await?;
-    /// // A quarter of a second: the 32-bit layout holds 4/s rounded down by under a millionth,
-    /// // and tokio's timer wakes on the next millisecond.
+    /// // A quarter of a second (on the 32-bit word, 4/s is held rounded down by under a
+    /// // millionth), and tokio's timer wakes on the next millisecond.
     /// assert!(waited >= Duration::from_millis(250) && waited <= Duration::from_millis(252));
     /// # Ok(())
     /// # }
@@ -132,7 +131,7 @@ impl<C: Clock> AdjustableBucket<C> {
 }
 
 #[cfg(feature = "embedded-hal")]
-impl<C: Clock> AdjustableBucket<C> {
+impl<C: Clock, W: AdjustableWord> AdjustableBucket<C, W> {
     /// Takes `n` tokens, waiting on `delay` until they have accrued under the quota current
     /// then; returns the time slept. It sleeps each `retry_after` and tries again, so it takes
     /// nothing before it acts.
@@ -227,7 +226,7 @@ mod tests {
     fn a_wait_beyond_its_timeout_fails_at_once_and_takes_nothing() {
         let clock = ManualClock::new();
         let bucket = AdjustableBucket::new(Quota::new(Rate::per_second(5)).start_empty(), &clock);
-        // 600 ms more than the timeout, read through the 32-bit layout's rounding of 5/s.
+        // 600 ms more than the timeout (on the 32-bit word, through its rounding of 5/s).
         let retry_after = bucket.acquire_blocking_timeout(5, ms(400)).unwrap_err();
         let retry_after = retry_after.retry_after().unwrap();
         assert!(retry_after >= ms(600) && retry_after < ms(601), "{retry_after:?}");

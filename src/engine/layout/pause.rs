@@ -1,6 +1,8 @@
 //! The pause after an upstream's 429, for every bucket kind: the longest pause the word holds,
 //! the transition that pauses a word, and what a pause answers.
 
+use core::time::Duration;
+
 use crate::clock::{ticks_to_duration_ceil, Clock};
 use crate::Pause;
 
@@ -20,14 +22,19 @@ impl Params {
             .unwrap_or(u64::MAX)
     }
 
-    /// The word paused from `now_ticks` for `ticks` (at most [`max_pause_ticks`]), and, when
+    /// The longest pause the word can hold, read to the clock's resolution.
+    pub(crate) fn max_pause<C: Clock>(&self) -> Duration {
+        ticks_to_duration_ceil::<C>(self.max_pause_ticks())
+    }
+
+    /// The pause as every bucket's CAS driver runs it: the word paused from `now_ticks` for `ticks` (at most [`max_pause_ticks`]), and, when
     /// debt already held it at least as long, the units of that debt; `Err(debt units)` when
     /// the word stands past its debt bound and is left as it is.
     ///
     /// A word already held longer is still moved, by one unit (past the debt bound if need be):
     /// reservations made before the pause then no longer stand last, so none of them can be
     /// given back into the pause (see `Params::give_back`), which would end it early.
-    pub(crate) fn paused_for(
+    pub(crate) fn pause_step(
         &self,
         word: u64,
         now_ticks: u64,

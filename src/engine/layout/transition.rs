@@ -8,6 +8,7 @@
 //! differences are read as signed (`elapsed`): wrapping by design. Everything else is checked by
 //! construction: the burst and the debt bound each fit in a quarter of the word.
 
+use crate::clock::{ticks_to_duration_ceil, Clock};
 use crate::engine::layout::Params;
 use crate::Denied;
 
@@ -50,6 +51,24 @@ impl Params {
             return Err(short - max_debt);
         }
         Ok((self.keep(self.add(now_units, short)), short))
+    }
+
+    /// Takes `cost` units at `now_ticks` (`now_units` in units) without debt, or says how long
+    /// until it could: the whole of `try_acquire`, for every bucket kind.
+    #[inline]
+    pub(crate) fn take_now<C: Clock + ?Sized>(
+        &self,
+        word: u64,
+        now_ticks: u64,
+        now_units: u64,
+        cost: u64,
+    ) -> Result<(u64, ()), Denied> {
+        match self.take(word, now_units, cost, 0) {
+            Ok((word, _)) => Ok((word, ())),
+            Err(short) => Err(Denied::Insufficient {
+                retry_after: ticks_to_duration_ceil::<C>(self.ticks_until(now_ticks, short)),
+            }),
+        }
     }
 
     /// Reserves `cost` units at `now_ticks` (`now_units` in units) if they fall due within
@@ -306,6 +325,11 @@ impl Params {
         let to_now = to.units_at(now_ticks);
         if level < 0 {
             let ticks = self.ticks_until(now_ticks, level.unsigned_abs());
+            // A debt longer than the new word's deepest is its deepest; shorter ones are read
+            // under half the new word, so they read forward.
+            if ticks >= to.max_pause_ticks() {
+                return to.at_level(to_now, -(to.max_debt_units as i64));
+            }
             // One unit past the reading at the instant: the new reading reaches it no earlier.
             let debt = to.elapsed(to.units_at(now_ticks.wrapping_add(ticks)), to_now) + 1;
             let debt = debt.clamp(0, to.max_debt_units as i64);
