@@ -92,7 +92,52 @@ macro_rules! without_atomic64 {
         $( #[cfg(not(any(loom, target_has_atomic = "64")))] $item )*
     };
 }
-pub(crate) use {with_atomic64, without_atomic64};
+/// Items for 64-bit cells: where the target has native 64-bit atomics, under loom, and where the
+/// `word64` feature asks for them through portable-atomic's fallback (the `u64` word).
+macro_rules! with_word64 {
+    ($($item:item)*) => {
+        $( #[cfg(any(loom, target_has_atomic = "64", feature = "word64"))] $item )*
+    };
+}
+/// Items for a lock-free 128-bit atomic, which holds `AdjustableBucket`'s 64-bit word beside its
+/// generation: aarch64 always, x86_64 with cmpxchg16b at compile time or, with `std`, detected at
+/// run time. The one spelling of that condition; loom has no 128-bit atomics.
+macro_rules! with_atomic128 {
+    ($($item:item)*) => {
+        $(
+            #[cfg(all(
+                not(loom),
+                target_has_atomic = "64",
+                any(
+                    target_arch = "aarch64",
+                    all(target_arch = "x86_64", any(target_feature = "cmpxchg16b", feature = "std"))
+                )
+            ))]
+            $item
+        )*
+    };
+}
+/// Items for targets with 64-bit atomics but no lock-free 128-bit ones (and loom): the
+/// complement of [`with_atomic128`] within [`with_atomic64`].
+macro_rules! with_atomic64_only {
+    ($($item:item)*) => {
+        $(
+            #[cfg(all(
+                any(loom, target_has_atomic = "64"),
+                not(all(
+                    not(loom),
+                    target_has_atomic = "64",
+                    any(
+                        target_arch = "aarch64",
+                        all(target_arch = "x86_64", any(target_feature = "cmpxchg16b", feature = "std"))
+                    )
+                ))
+            ))]
+            $item
+        )*
+    };
+}
+pub(crate) use {with_atomic128, with_atomic64, with_atomic64_only, with_word64, without_atomic64};
 
 mod bucket;
 mod clock;

@@ -14,23 +14,16 @@ pub(crate) use loom::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 #[cfg(not(loom))]
 pub(crate) use portable_atomic::{AtomicU32, Ordering};
 
-#[cfg(all(not(loom), any(target_has_atomic = "64", feature = "word64")))]
-pub(crate) use portable_atomic::AtomicU64;
+crate::with_word64! {
+    #[cfg(not(loom))]
+    pub(crate) use portable_atomic::AtomicU64;
+}
 
-/// `AdjustableBucket`'s state on the 64-bit word, only where it is lock-free (see
-/// `word::AdjustableWord`).
-#[cfg(all(
-    not(loom),
-    target_has_atomic = "64",
-    any(
-        target_arch = "aarch64",
-        all(
-            target_arch = "x86_64",
-            any(target_feature = "cmpxchg16b", feature = "std")
-        )
-    )
-))]
-pub(crate) use portable_atomic::AtomicU128;
+// `AdjustableBucket`'s state on the 64-bit word, only where it is lock-free (see
+// `word::AdjustableWord`).
+crate::with_atomic128! {
+    pub(crate) use portable_atomic::AtomicU128;
+}
 
 #[cfg(loom)]
 pub(crate) use loom::{
@@ -38,11 +31,13 @@ pub(crate) use loom::{
     sync::atomic::{fence, AtomicBool},
 };
 
-#[cfg(all(not(loom), target_has_atomic = "64"))]
-pub(crate) use {
-    core::hint::spin_loop,
-    portable_atomic::{fence, AtomicBool},
-};
+crate::with_atomic64! {
+    #[cfg(not(loom))]
+    pub(crate) use {
+        core::hint::spin_loop,
+        portable_atomic::{fence, AtomicBool},
+    };
+}
 
 /// The lock of the waiters' queues (`wait::queue`): held only to push, pop and take, never
 /// across a wait. Under loom the queues' registry is a loom `lazy_static`, so that each

@@ -1,7 +1,8 @@
 //! The width of the atomic word that holds a bucket's whole state.
 
-#[cfg(any(loom, target_has_atomic = "64", feature = "word64"))]
-use crate::engine::sync::AtomicU64;
+crate::with_word64! {
+    use crate::engine::sync::AtomicU64;
+}
 use crate::engine::sync::{AtomicU32, Ordering};
 
 /// The word a bucket keeps its state in: `u64` where the target has native 64-bit atomics,
@@ -38,191 +39,158 @@ pub trait Word: sealed::Sealed + Copy + 'static {
     fn compare_exchange(cell: &Self::Atomic, current: u64, new: u64) -> Result<(), u64>;
 }
 
-/// A word an [`AdjustableBucket`](crate::AdjustableBucket) can keep beside its quota's
-/// generation, in one atomic twice its width: `u32` in an `AtomicU64`, and `u64` in a lock-free
-/// `AtomicU128` (cmpxchg16b on x86_64, detected at run time with `std`; ldxp/stxp or LSE `casp`
-/// on aarch64). Where no lock-free 128-bit atomic exists, only `u32` implements it, and
-/// [`DefaultAdjustableWord`] is `u32`: a lock never stands in for it silently.
-#[cfg(any(loom, target_has_atomic = "64"))]
-pub trait AdjustableWord: Word {
-    /// The atomic cell holding `generation` and the word.
-    #[doc(hidden)]
-    type Tagged: Send + Sync + core::fmt::Debug;
-    /// A cell holding `generation` and `word`.
-    #[doc(hidden)]
-    fn tagged(generation: u32, word: u64) -> Self::Tagged;
-    /// The generation and the word. Acquire: a reader of a generation sees its quota's slot.
-    #[doc(hidden)]
-    fn load_tagged(cell: &Self::Tagged) -> (u32, u64);
-    /// Replaces `current` with `new`, or returns what the cell holds instead; `publish` makes a
-    /// success a Release (a quota change publishing its slot). May fail spuriously.
-    #[doc(hidden)]
-    fn compare_exchange_tagged(
-        cell: &Self::Tagged,
-        current: (u32, u64),
-        new: (u32, u64),
-        publish: bool,
-    ) -> Result<(), (u32, u64)>;
-}
-
-/// The word an [`AdjustableBucket`](crate::AdjustableBucket) uses unless told otherwise: `u32`
-/// here, where no lock-free atomic holds a 64-bit word beside a generation.
-#[cfg(all(
-    any(loom, target_has_atomic = "64"),
-    not(all(
-        not(loom),
-        target_has_atomic = "64",
-        any(
-            target_arch = "aarch64",
-            all(
-                target_arch = "x86_64",
-                any(target_feature = "cmpxchg16b", feature = "std")
-            )
-        )
-    ))
-))]
-pub type DefaultAdjustableWord = u32;
-
-/// Which ordering a tagged compare-exchange succeeds with.
-#[cfg(any(loom, target_has_atomic = "64"))]
-fn success_ordering(publish: bool) -> Ordering {
-    if publish {
-        Ordering::Release
-    } else {
-        Ordering::Relaxed
+crate::with_atomic64! {
+    /// A word an [`AdjustableBucket`](crate::AdjustableBucket) can keep beside its quota's
+    /// generation, in one atomic twice its width: `u32` in an `AtomicU64`, and `u64` in a lock-free
+    /// `AtomicU128` (cmpxchg16b on x86_64, detected at run time with `std`; ldxp/stxp or LSE `casp`
+    /// on aarch64). Where no lock-free 128-bit atomic exists, only `u32` implements it, and
+    /// [`DefaultAdjustableWord`] is `u32`: a lock never stands in for it silently.
+    pub trait AdjustableWord: Word {
+        /// The atomic cell holding `generation` and the word.
+        #[doc(hidden)]
+        type Tagged: Send + Sync + core::fmt::Debug;
+        /// A cell holding `generation` and `word`.
+        #[doc(hidden)]
+        fn tagged(generation: u32, word: u64) -> Self::Tagged;
+        /// The generation and the word. Acquire: a reader of a generation sees its quota's slot.
+        #[doc(hidden)]
+        fn load_tagged(cell: &Self::Tagged) -> (u32, u64);
+        /// Replaces `current` with `new`, or returns what the cell holds instead; `publish` makes a
+        /// success a Release (a quota change publishing its slot). May fail spuriously.
+        #[doc(hidden)]
+        fn compare_exchange_tagged(
+            cell: &Self::Tagged,
+            current: (u32, u64),
+            new: (u32, u64),
+            publish: bool,
+        ) -> Result<(), (u32, u64)>;
     }
-}
 
-#[cfg(any(loom, target_has_atomic = "64"))]
-impl AdjustableWord for u32 {
-    type Tagged = AtomicU64;
-    fn tagged(generation: u32, word: u64) -> AtomicU64 {
-        AtomicU64::new(u64::from(generation) << 32 | word)
+
+    /// Which ordering a tagged compare-exchange succeeds with.
+    fn success_ordering(publish: bool) -> Ordering {
+        if publish {
+            Ordering::Release
+        } else {
+            Ordering::Relaxed
+        }
     }
-    #[inline]
-    fn load_tagged(cell: &AtomicU64) -> (u32, u64) {
-        split32(cell.load(Ordering::Acquire))
-    }
-    #[inline]
-    fn compare_exchange_tagged(
-        cell: &AtomicU64,
-        current: (u32, u64),
-        new: (u32, u64),
-        publish: bool,
-    ) -> Result<(), (u32, u64)> {
-        let join = |(generation, word): (u32, u64)| u64::from(generation) << 32 | word;
-        cell.compare_exchange_weak(
-            join(current),
-            join(new),
-            success_ordering(publish),
-            Ordering::Relaxed,
-        )
-        .map(drop)
-        .map_err(split32)
-    }
-}
 
-#[cfg(any(loom, target_has_atomic = "64"))]
-fn split32(state: u64) -> (u32, u64) {
-    ((state >> 32) as u32, state & 0xFFFF_FFFF)
-}
-
-/// `u64` beside a generation, only where portable-atomic's `AtomicU128` is lock-free: aarch64
-/// always (ldxp/stxp, or LSE's `casp`), x86_64 where cmpxchg16b is a compile-time target feature
-/// or, with `std`, detected at run time (every x86_64 CPU since 2006; on one without it
-/// portable-atomic would fall back to a global lock, so a `no_std` build there keeps `u32`).
-#[cfg(all(
-    not(loom),
-    target_has_atomic = "64",
-    any(
-        target_arch = "aarch64",
-        all(
-            target_arch = "x86_64",
-            any(target_feature = "cmpxchg16b", feature = "std")
-        )
-    )
-))]
-mod wide {
-    use super::{success_ordering, AdjustableWord, DefaultWord};
-    use crate::engine::sync::{AtomicU128, Ordering};
-
-    /// The word an [`AdjustableBucket`](crate::AdjustableBucket) uses unless told otherwise:
-    /// the [`DefaultWord`], beside its generation in a lock-free 128-bit atomic.
-    pub type DefaultAdjustableWord = DefaultWord;
-
-    impl AdjustableWord for u64 {
-        type Tagged = AtomicU128;
-        fn tagged(generation: u32, word: u64) -> AtomicU128 {
-            AtomicU128::new(join(generation, word))
+    impl AdjustableWord for u32 {
+        type Tagged = AtomicU64;
+        fn tagged(generation: u32, word: u64) -> AtomicU64 {
+            AtomicU64::new(u64::from(generation) << 32 | word)
         }
         #[inline]
-        fn load_tagged(cell: &AtomicU128) -> (u32, u64) {
-            split(cell.load(Ordering::Acquire))
+        fn load_tagged(cell: &AtomicU64) -> (u32, u64) {
+            split32(cell.load(Ordering::Acquire))
         }
         #[inline]
         fn compare_exchange_tagged(
-            cell: &AtomicU128,
+            cell: &AtomicU64,
             current: (u32, u64),
             new: (u32, u64),
             publish: bool,
         ) -> Result<(), (u32, u64)> {
+            let join = |(generation, word): (u32, u64)| u64::from(generation) << 32 | word;
             cell.compare_exchange_weak(
-                join(current.0, current.1),
-                join(new.0, new.1),
+                join(current),
+                join(new),
                 success_ordering(publish),
                 Ordering::Relaxed,
             )
             .map(drop)
-            .map_err(split)
+            .map_err(split32)
         }
     }
 
-    fn join(generation: u32, word: u64) -> u128 {
-        u128::from(generation) << 64 | u128::from(word)
-    }
-
-    fn split(state: u128) -> (u32, u64) {
-        ((state >> 64) as u32, state as u64)
-    }
-
-    #[cfg(test)]
-    mod tests {
-        use super::*;
-
-        #[test]
-        fn the_wide_state_is_lock_free_and_keeps_both_halves() {
-            // On this machine: cmpxchg16b or ldxp/stxp, not portable-atomic's fallback lock.
-            // (Miri runs no inline assembly, so there portable-atomic takes its lock.)
-            assert!(cfg!(miri) || AtomicU128::is_lock_free());
-            let cell = <u64 as AdjustableWord>::tagged(7, u64::MAX - 1);
-            assert_eq!(u64::load_tagged(&cell), (7, u64::MAX - 1));
-            let mut current = (7, u64::MAX - 1);
-            while let Err(actual) =
-                u64::compare_exchange_tagged(&cell, current, (u32::MAX, 3), true)
-            {
-                current = actual;
-            }
-            assert_eq!(u64::load_tagged(&cell), (u32::MAX, 3));
-            // A stale generation fails, whatever the word.
-            assert_eq!(
-                u64::compare_exchange_tagged(&cell, (7, 3), (8, 3), false),
-                Err((u32::MAX, 3))
-            );
-        }
+    fn split32(state: u64) -> (u32, u64) {
+        ((state >> 32) as u32, state & 0xFFFF_FFFF)
     }
 }
-#[cfg(all(
-    not(loom),
-    target_has_atomic = "64",
-    any(
-        target_arch = "aarch64",
-        all(
-            target_arch = "x86_64",
-            any(target_feature = "cmpxchg16b", feature = "std")
-        )
-    )
-))]
-pub use wide::DefaultAdjustableWord;
+
+// `u64` beside a generation, only where portable-atomic's `AtomicU128` is lock-free: aarch64
+// always (ldxp/stxp, or LSE's `casp`), x86_64 where cmpxchg16b is a compile-time target feature
+// or, with `std`, detected at run time (every x86_64 CPU since 2006; on one without it
+// portable-atomic would fall back to a global lock, so a `no_std` build there keeps `u32`).
+crate::with_atomic64_only! {
+    /// The word an [`AdjustableBucket`](crate::AdjustableBucket) uses unless told otherwise:
+    /// `u32` here, where no lock-free atomic holds a 64-bit word beside a generation.
+    pub type DefaultAdjustableWord = u32;
+}
+
+crate::with_atomic128! {
+    mod wide {
+        use super::{success_ordering, AdjustableWord, DefaultWord};
+        use crate::engine::sync::{AtomicU128, Ordering};
+
+        /// The word an [`AdjustableBucket`](crate::AdjustableBucket) uses unless told otherwise:
+        /// the [`DefaultWord`], beside its generation in a lock-free 128-bit atomic.
+        pub type DefaultAdjustableWord = DefaultWord;
+
+        impl AdjustableWord for u64 {
+            type Tagged = AtomicU128;
+            fn tagged(generation: u32, word: u64) -> AtomicU128 {
+                AtomicU128::new(join(generation, word))
+            }
+            #[inline]
+            fn load_tagged(cell: &AtomicU128) -> (u32, u64) {
+                split(cell.load(Ordering::Acquire))
+            }
+            #[inline]
+            fn compare_exchange_tagged(
+                cell: &AtomicU128,
+                current: (u32, u64),
+                new: (u32, u64),
+                publish: bool,
+            ) -> Result<(), (u32, u64)> {
+                cell.compare_exchange_weak(
+                    join(current.0, current.1),
+                    join(new.0, new.1),
+                    success_ordering(publish),
+                    Ordering::Relaxed,
+                )
+                .map(drop)
+                .map_err(split)
+            }
+        }
+
+        fn join(generation: u32, word: u64) -> u128 {
+            u128::from(generation) << 64 | u128::from(word)
+        }
+
+        fn split(state: u128) -> (u32, u64) {
+            ((state >> 64) as u32, state as u64)
+        }
+
+        #[cfg(test)]
+        mod tests {
+            use super::*;
+
+            #[test]
+            fn the_wide_state_is_lock_free_and_keeps_both_halves() {
+                // On this machine: cmpxchg16b or ldxp/stxp, not portable-atomic's fallback lock.
+                // (Miri runs no inline assembly, so there portable-atomic takes its lock.)
+                assert!(cfg!(miri) || AtomicU128::is_lock_free());
+                let cell = <u64 as AdjustableWord>::tagged(7, u64::MAX - 1);
+                assert_eq!(u64::load_tagged(&cell), (7, u64::MAX - 1));
+                let mut current = (7, u64::MAX - 1);
+                while let Err(actual) =
+                    u64::compare_exchange_tagged(&cell, current, (u32::MAX, 3), true)
+                {
+                    current = actual;
+                }
+                assert_eq!(u64::load_tagged(&cell), (u32::MAX, 3));
+                // A stale generation fails, whatever the word.
+                assert_eq!(
+                    u64::compare_exchange_tagged(&cell, (7, 3), (8, 3), false),
+                    Err((u32::MAX, 3))
+                );
+            }
+        }
+    }
+    pub use wide::DefaultAdjustableWord;
+}
 
 mod sealed {
     pub trait Sealed {}
@@ -274,24 +242,25 @@ impl Word for u32 {
     }
 }
 
-/// Where the target has native 64-bit atomics; on others with the `word64` feature, through
-/// portable-atomic's fallback (the final firmware enables its `critical-section` feature).
-#[cfg(any(loom, target_has_atomic = "64", feature = "word64"))]
-impl Word for u64 {
-    type Atomic = AtomicU64;
-    const BITS: u32 = 64;
-    #[cfg(not(loom))]
-    const UNUSED: AtomicU64 = AtomicU64::new(unused_mark(64));
-    fn cell(value: u64) -> AtomicU64 {
-        AtomicU64::new(value)
-    }
-    #[inline]
-    fn load(cell: &AtomicU64) -> u64 {
-        cell.load(Ordering::Relaxed)
-    }
-    #[inline]
-    fn compare_exchange(cell: &AtomicU64, current: u64, new: u64) -> Result<(), u64> {
-        cell.compare_exchange_weak(current, new, Ordering::Relaxed, Ordering::Relaxed)
-            .map(drop)
+crate::with_word64! {
+    /// Where the target has native 64-bit atomics; on others with the `word64` feature, through
+    /// portable-atomic's fallback (the final firmware enables its `critical-section` feature).
+    impl Word for u64 {
+        type Atomic = AtomicU64;
+        const BITS: u32 = 64;
+        #[cfg(not(loom))]
+        const UNUSED: AtomicU64 = AtomicU64::new(unused_mark(64));
+        fn cell(value: u64) -> AtomicU64 {
+            AtomicU64::new(value)
+        }
+        #[inline]
+        fn load(cell: &AtomicU64) -> u64 {
+            cell.load(Ordering::Relaxed)
+        }
+        #[inline]
+        fn compare_exchange(cell: &AtomicU64, current: u64, new: u64) -> Result<(), u64> {
+            cell.compare_exchange_weak(current, new, Ordering::Relaxed, Ordering::Relaxed)
+                .map(drop)
+        }
     }
 }
