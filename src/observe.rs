@@ -6,7 +6,7 @@
 //! that nobody counts pays nothing, and `Counted<_, ()>` compiles to the bare call. [`Counters`]
 //! is the observer for every target: relaxed atomic adds, no lock and no allocation, so it works
 //! in `no_std` and in interrupt handlers and can live in a `static`. With the `metrics` feature,
-//! [`Metrics`](crate::observe::Metrics) sends the same events to the `metrics` facade.
+//! `Metrics` sends the same events to the `metrics` facade.
 //!
 //! ```
 //! use tollgate::observe::{Counted, Counters, Counts};
