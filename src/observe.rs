@@ -336,4 +336,26 @@ mod tests {
             }
         );
     }
+
+    #[cfg(feature = "embedded-hal")]
+    #[test]
+    fn waits_through_a_delay_are_counted() {
+        /// A delay that moves the manual clock on instead of sleeping.
+        struct Advance<'a>(&'a ManualClock);
+        impl embedded_hal::delay::DelayNs for Advance<'_> {
+            fn delay_ns(&mut self, ns: u32) {
+                self.0.advance(Duration::from_nanos(ns.into()));
+            }
+        }
+        let clock = ManualClock::new();
+        let quota = Quota::new(Rate::per_second(10)).burst(10).start_empty();
+        let counters = Counters::new();
+        let gate = Counted::new(TokenBucket::try_new(quota, &clock).unwrap(), &counters);
+        let waited = gate.acquire_with_delay(2, &mut Advance(&clock));
+        assert_eq!(waited, Ok(Duration::from_millis(200)));
+        assert!(gate.acquire_with_delay(11, &mut Advance(&clock)).is_err());
+        let counts = counters.counts();
+        assert_eq!((counts.granted_calls, counts.waited_tokens), (1, 2));
+        assert_eq!((counts.denied_calls, counts.waiting), (1, 0));
+    }
 }
