@@ -143,12 +143,20 @@ where
         &self.inner
     }
 
-    /// The inner stream, to use unpaced.
+    /// The inner stream, to use unpaced. Reading from it directly skips the bytes
+    /// [read ahead](Self::read_ahead).
     pub fn get_mut(&mut self) -> &mut S {
         &mut self.inner
     }
 
-    /// The inner stream, giving up whatever was paid for and not moved.
+    /// Bytes read from the inner stream and not yet paid for nor handed on: the next reads
+    /// hand them on first.
+    pub fn read_ahead(&self) -> &[u8] {
+        &self.stash.bytes[self.stash.start..self.stash.end]
+    }
+
+    /// The inner stream, giving up what was paid for and not moved, and the bytes
+    /// [read ahead](Self::read_ahead): take those first if the stream is read further.
     pub fn into_inner(self) -> S {
         self.inner
     }

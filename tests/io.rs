@@ -202,6 +202,7 @@ async fn reads_are_paid_before_they_move_and_stay_within_the_grants() {
             sink.write_all(&chunk[..n]).await.unwrap();
         }
         assert_eq!(sink.total(), 3_000);
+        assert!(source.read_ahead().is_empty());
         // From empty: the last byte is paid for once 3 000 have accrued.
         assert_eq!(start.elapsed(), Duration::from_secs(3), "{most} {buffer}");
         assert_paced(&sink.log, 0, 1_000, 250);
@@ -258,6 +259,43 @@ async fn poll_once<F: std::future::Future + Unpin>(mut future: F) -> Option<F::O
         })
     })
     .await
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_read_given_up_keeps_its_bytes_and_takes_nothing_and_the_end_costs_nothing() {
+    // Chunks of 100 bytes, one second of the rate; a source of 150 bytes, ready at once.
+    let quota = Quota::new(Rate::per_second(100)).burst(200).start_empty();
+    let shared = bucket(quota);
+    let start = Instant::now();
+    let mut source = Throttled::new(
+        Source {
+            left: 150,
+            most: usize::MAX,
+        },
+        Arc::clone(&shared),
+    );
+    let mut buffer = [0u8; 1_000];
+    // Given up half-way through paying for the first chunk: read ahead, nothing taken.
+    assert!(
+        timeout(Duration::from_millis(500), source.read(&mut buffer))
+            .await
+            .is_err()
+    );
+    assert_eq!(source.read_ahead().len(), 100);
+    assert_eq!(shared.available(), 50);
+    // (bytes read, when): the chunk once paid for, the rest once it accrued, then the end, at
+    // once and for nothing.
+    let mut reads = Vec::new();
+    for _ in 0..3 {
+        let n = source.read(&mut buffer).await.unwrap();
+        reads.push((n, start.elapsed()));
+    }
+    let expected =
+        [(100, 1_000), (50, 1_500), (0, 1_500)].map(|(n, ms)| (n, Duration::from_millis(ms)));
+    assert_eq!(reads, expected);
+    assert_eq!(shared.available(), 0);
+    tokio::time::advance(Duration::from_millis(500)).await;
+    assert_eq!(shared.available(), 50);
 }
 
 #[tokio::test(start_paused = true)]
