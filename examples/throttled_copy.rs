@@ -31,9 +31,11 @@ async fn main() -> std::io::Result<ExitCode> {
     }
     let bytes = megabytes * MB;
 
-    // From empty, so that the copy takes bytes / rate exactly; chunks of half the 64 KiB burst.
+    // From empty, so that the copy takes bytes / rate exactly. A burst of a tenth of a second
+    // of the rate: a copier that wakes late (a busy machine) loses nothing to the cap unless it
+    // is late by more than that less one chunk (`io::copy` writes 8 KiB at a time).
     let quota = Quota::new(Rate::per_second(per_second * MB))
-        .burst(64 * 1024)
+        .burst(per_second * MB / 10)
         .start_empty();
     let bucket = Arc::new(TokenBucket::try_new(quota, TokioClock::new()).expect("a valid quota"));
 
