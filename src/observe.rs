@@ -76,24 +76,32 @@ pub trait Observe {
 
 impl Observe for () {}
 
-impl<O: Observe + ?Sized> Observe for &O {
-    #[inline]
-    fn granted(&self, tokens: u32, waited: Duration) {
-        (**self).granted(tokens, waited);
-    }
-    #[inline]
-    fn denied(&self, tokens: u32) {
-        (**self).denied(tokens);
-    }
-    #[inline]
-    fn wait_began(&self) {
-        (**self).wait_began();
-    }
-    #[inline]
-    fn wait_ended(&self) {
-        (**self).wait_ended();
-    }
+/// Observers behind a reference or a shared pointer observe through it.
+macro_rules! forward {
+    ($($pointer:ty),*) => {$(
+        impl<O: Observe + ?Sized> Observe for $pointer {
+            #[inline]
+            fn granted(&self, tokens: u32, waited: Duration) {
+                (**self).granted(tokens, waited);
+            }
+            #[inline]
+            fn denied(&self, tokens: u32) {
+                (**self).denied(tokens);
+            }
+            #[inline]
+            fn wait_began(&self) {
+                (**self).wait_began();
+            }
+            #[inline]
+            fn wait_ended(&self) {
+                (**self).wait_ended();
+            }
+        }
+    )*};
 }
+forward!(&O);
+#[cfg(feature = "std")]
+forward!(std::sync::Arc<O>);
 
 /// The atomics counters are kept in: 64 bits where the target has them, else 32 bits that wrap
 /// (never portable-atomic's 64-bit fallback, a lock an interrupt handler could deadlock on).

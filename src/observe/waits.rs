@@ -2,29 +2,9 @@
 //! ([`Observe::wait_began`] to [`Observe::wait_ended`]), even when its future is dropped.
 
 use core::time::Duration;
-use std::sync::Arc;
 
 use super::{Counted, Observe, Waiting};
 use crate::{Clock, Denied, TokenBucket, Word};
-
-impl<O: Observe + ?Sized> Observe for Arc<O> {
-    #[inline]
-    fn granted(&self, tokens: u32, waited: Duration) {
-        (**self).granted(tokens, waited);
-    }
-    #[inline]
-    fn denied(&self, tokens: u32) {
-        (**self).denied(tokens);
-    }
-    #[inline]
-    fn wait_began(&self) {
-        (**self).wait_began();
-    }
-    #[inline]
-    fn wait_ended(&self) {
-        (**self).wait_ended();
-    }
-}
 
 impl<C: Clock, W: Word, O: Observe> Counted<TokenBucket<C, W>, O> {
     /// [`TokenBucket::acquire_blocking`], counted.
