@@ -29,8 +29,9 @@ use tower::ServiceBuilder;
 /// One bucket per client network; requests without an address share a bucket.
 pub type PerAddress = KeyedLimiter<Option<IpAddr>, StdClock>;
 
-/// The application: one route, limited per client network, and `/metrics`, not limited. An IPv6 client is keyed by its /64
-/// (a host usually owns the whole of it), an IPv4 client by its address.
+/// The application: one route, limited per client network, and `/metrics`, not limited. An
+/// IPv6 client is keyed by its /64 (a host usually owns the whole of it), an IPv4 client by its
+/// address.
 pub fn app(limiter: Arc<PerAddress>) -> Router {
     let by_network = IpPrefix::default();
     let client_network = move |request: &Request<Body>| {
