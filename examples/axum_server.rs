@@ -4,12 +4,13 @@
 //! free slot when the limiter is at its capacity and a new client finds no room.
 //!
 //! ```text
-//! cargo run --example axum_server --features tower -- 3000
+//! cargo run --example axum_server --features tower,metrics -- 3000
 //! curl -i http://127.0.0.1:3000/      # ten at once, then five a second, per address
+//! curl http://127.0.0.1:3000/metrics  # what the limit granted and refused (Prometheus text)
 //! ```
 
 use std::net::{IpAddr, SocketAddr};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use axum::body::Body;
@@ -19,15 +20,18 @@ use axum::http::{HeaderValue, Request, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
-use tollgate::layer::{BoxError, RateLimited, RejectLayer};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use tollgate::layer::{BoxError, PerKey, RateLimited, RejectLayer};
+use tollgate::observe::{Counted, Metrics};
 use tollgate::{IpPrefix, KeyedLimiter, Quota, Rate, StdClock, WhenFull};
 use tower::ServiceBuilder;
 
 /// One bucket per client network; requests without an address share a bucket.
 pub type PerAddress = KeyedLimiter<Option<IpAddr>, StdClock>;
 
-/// The application: one route, limited per client network. An IPv6 client is keyed by its /64
-/// (a host usually owns the whole of it), an IPv4 client by its address.
+/// The application: one route, limited per client network, and `/metrics`, not limited. An
+/// IPv6 client is keyed by its /64 (a host usually owns the whole of it), an IPv4 client by its
+/// address.
 pub fn app(limiter: Arc<PerAddress>) -> Router {
     let by_network = IpPrefix::default();
     let client_network = move |request: &Request<Body>| {
@@ -36,11 +40,31 @@ pub fn app(limiter: Arc<PerAddress>) -> Router {
             .get::<ConnectInfo<SocketAddr>>()
             .map(|ConnectInfo(address)| by_network.key(address.ip()))
     };
-    Router::new().route("/", get(|| async { "hello\n" })).layer(
-        ServiceBuilder::new()
-            .layer(HandleErrorLayer::new(refusal_response))
-            .layer(RejectLayer::per_key(limiter, client_network)),
-    )
+    // Counted for `/metrics`; the handles register with the recorder, so install it first.
+    let scrape = prometheus().clone();
+    let limit = Counted::new(
+        PerKey::new(limiter, client_network),
+        Metrics::new("per_address"),
+    );
+    Router::new()
+        .route("/", get(|| async { "hello\n" }))
+        .layer(
+            ServiceBuilder::new()
+                .layer(HandleErrorLayer::new(refusal_response))
+                .layer(RejectLayer::new(Arc::new(limit))),
+        )
+        // Added after the limit, so a scraper is never refused nor counted.
+        .route("/metrics", get(move || async move { scrape.render() }))
+}
+
+/// The process's Prometheus exporter, installed as the `metrics` recorder at its first use:
+/// `/metrics` renders `tollgate_granted_total`, `tollgate_denied_total` and the rest.
+pub fn prometheus() -> &'static PrometheusHandle {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE.get_or_init(|| {
+        let recorder = PrometheusBuilder::new().install_recorder();
+        recorder.expect("no other metrics recorder in this process")
+    })
 }
 
 /// Maps the limiter's refusal to its HTTP answer.

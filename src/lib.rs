@@ -46,17 +46,19 @@
 //! | feature | default | what it adds |
 //! |---|---|---|
 //! | `std` | yes | [`StdClock`]; `TokenBucket::acquire_blocking`: blocking waits for threads; [`KeyedLimiter`]: per-key limits for servers, sharded and capped |
-//! | `tokio` | no | `TokioClock`, `TokenBucket::acquire(n).await`: cancel-safe async waits |
+//! | `tokio` | no | `TokioClock`, `TokenBucket::acquire(n).await`: cancel-safe async waits; `io::Throttled`: byte-rate `AsyncRead` / `AsyncWrite` |
 //! | `embedded-hal` | no | `TokenBucket::acquire_with_delay`: blocking waits through `DelayNs` |
 //! | `heapless` | no | `KeyedTable`: per-key limits in fixed memory, safe in interrupt handlers |
 //! | `tower` | no | `layer`: tower middleware, rejection (429 headers) or backpressure |
 //! | `redis` | no | `RedisBucket`: one quota shared by many processes, kept in Redis |
 //! | `quanta` | no | `TscClock`: the CPU's time-stamp counter, for hot paths (implies `std`) |
 //! | `coarse-clock` | no | `CoarseClock`: one atomic refreshed every millisecond (implies `std`) |
+//! | `metrics` | no | `observe::Metrics`: a limit's counts sent to the `metrics` facade (implies `std`) |
 //! | `defmt` | no | `defmt::Format` on the public types |
 //!
 //! Always available: [`Limits`] (several buckets taken all-or-none), `TokenBucket::pause_for`
-//! after a 429, [`headers`] (`Retry-After` and the IETF `RateLimit` headers), [`Jitter`], and
+//! after a 429, [`headers`] (`Retry-After` and the IETF `RateLimit` headers), [`Jitter`],
+//! [`observe`] (counts of grants, denials and waits, costing nothing unless used), and
 //! `AdjustableBucket` (live `set_quota`, where the target has 64-bit atomics).
 //!
 //! Without `std` the crate is `no_std` and needs only atomics. On targets without
@@ -144,11 +146,15 @@ mod clock;
 mod engine;
 mod error;
 pub mod headers;
+#[cfg(feature = "tokio")]
+pub mod io;
 #[cfg(any(feature = "std", feature = "heapless"))]
 mod keyed;
 #[cfg(feature = "tower")]
 pub mod layer;
 mod limits;
+#[cfg(not(loom))]
+pub mod observe;
 mod rate;
 #[cfg(feature = "redis")]
 pub mod redis;

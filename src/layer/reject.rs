@@ -33,6 +33,14 @@ pub struct PerKey<K, C, W: Word, F> {
     key: F,
 }
 
+impl<K, C, W: Word, F> PerKey<K, C, W, F> {
+    /// `limiter`, keyed by `key`: the limit of [`RejectLayer::per_key`], to wrap (in a
+    /// [`Counted`](crate::observe::Counted), say) before [`RejectLayer::new`].
+    pub fn new(limiter: Arc<KeyedLimiter<K, C, W>>, key: F) -> Self {
+        Self { limiter, key }
+    }
+}
+
 impl<Req, K, C, W, F> Limit<Req> for PerKey<K, C, W, F>
 where
     K: Hash + Eq + Clone,
@@ -84,7 +92,7 @@ impl<K, C, W: Word, F> RejectLayer<PerKey<K, C, W, F>> {
     ///
     /// Keep a clone of `limiter` to [`sweep`](KeyedLimiter::sweep) it from a timer.
     pub fn per_key(limiter: Arc<KeyedLimiter<K, C, W>>, key: F) -> Self {
-        Self::new(Arc::new(PerKey { limiter, key }))
+        Self::new(Arc::new(PerKey::new(limiter, key)))
     }
 }
 
