@@ -26,6 +26,15 @@ pub fn program(program: &str, package: &str) -> PathBuf {
     if let Some(path) = find(program) {
         return path;
     }
+    // The threads of one binary wait here, and find the program there once one installed it;
+    // the binaries wait on the file lock.
+    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+    let _guard = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    if let Some(path) = find(program) {
+        return path;
+    }
     install(package);
     find(program).unwrap_or_else(|| {
         panic!("`{program}` is still missing after installing `{package}` (apt-get install {package})")
@@ -50,11 +59,6 @@ fn is_executable(path: &Path) -> bool {
 /// in the temporary directory, taken with `flock`, and whoever holds it checks again before
 /// calling apt, so the binaries that waited for it find the work done.
 fn install(package: &str) {
-    // The threads of one binary wait here; the binaries wait on the file lock.
-    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-    let _guard = ONE_AT_A_TIME
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
     let by_hand = format!(
         "the tests need `{package}`: install it (apt-get install {})",
         PACKAGES.join(" ")
