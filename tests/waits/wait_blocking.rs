@@ -1,15 +1,15 @@
 //! Blocking waits: exact results on a `ManualClock`, and measured bounds on real threads with
 //! `StdClock`.
 
+#[path = "../support/mod.rs"]
+mod support;
+use support::ms;
+
 use std::sync::Barrier;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use tollgate::{Denied, ManualClock, Quota, Rate, StdClock, TokenBucket};
-
-fn ms(millis: u64) -> Duration {
-    Duration::from_millis(millis)
-}
 
 #[test]
 fn each_call_waits_for_its_own_tokens_and_sleeps_at_least_that_long() {
