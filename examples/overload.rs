@@ -110,7 +110,7 @@ async fn run(
     println!("grants per second: {per_second:?} (after the first: {percent:?} of the rate)");
     println!("a fresh caller with the last of the load waited {fresh_waited:.1?}");
     // The first second holds the burst as well; each later one at most the rate, plus 5 % for
-    // grants the scheduler recorded late, across a second's edge (`tests/giving_up.rs` checks
+    // grants the scheduler recorded late, across a second's edge (`tests/waits/giving_up.rs` checks
     // the quota itself, exactly, under paused time).
     let mut held = true;
     if !per_second.iter().skip(1).all(|&n| n * 10 >= rate * 9) {

@@ -14,9 +14,8 @@ const HOUR: Duration = Duration::from_secs(3_600);
 const DAY: u64 = 86_400;
 const YEAR: Duration = Duration::from_secs(31_557_600);
 
-#[path = "support/counter.rs"]
-mod counter;
-use counter::Counter;
+mod support;
+use support::counter::Counter;
 
 fn drain<C: Clock, W: Word>(bucket: &TokenBucket<C, W>) -> u64 {
     let mut got = 0;

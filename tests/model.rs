@@ -22,9 +22,8 @@ use tollgate::{
 const NANOS: u128 = 1_000_000_000;
 const YEAR_SECS: u128 = 31_557_600;
 
-#[path = "support/counter.rs"]
-mod counter;
-use counter::Counter;
+mod support;
+use support::counter::Counter;
 
 fn gcd(mut a: u128, mut b: u128) -> u128 {
     while b != 0 {

@@ -20,9 +20,8 @@ use tollgate::{
     WhenFull,
 };
 
-#[path = "support/counter.rs"]
-mod counter;
-use counter::Counter;
+mod support;
+use support::counter::Counter;
 
 /// The kinds of bucket under test, behind one face.
 #[derive(Clone, Copy, Debug)]

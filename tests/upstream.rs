@@ -1,6 +1,9 @@
 //! Quotas as upstreams publish them, pinned with a `ManualClock`: pauses after a 429, several
 //! buckets taken from all or none, costs per bucket, the longest wait, and a race on threads.
 
+mod support;
+use support::ms;
+
 use std::sync::Barrier;
 use std::thread;
 use std::time::Duration;
@@ -8,10 +11,6 @@ use std::time::Duration;
 use tollgate::{Denied, Limits, ManualClock, Pause, Quota, Rate, TokenBucket, Word};
 
 const MS: u64 = 1_000_000;
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
 
 /// Tokens granted one at a time until the first denial.
 fn drain<C: tollgate::Clock, W: Word>(bucket: &TokenBucket<C, W>) -> u32 {

@@ -16,9 +16,8 @@ use std::time::Duration;
 
 use tollgate::{Clock, ConfigError, Denied, Limits, ManualClock, Quota, Rate, TokenBucket};
 
-#[path = "support/counter.rs"]
-mod counter;
-use counter::Counter;
+mod support;
+use support::counter::Counter;
 
 /// A clock the drivers can step.
 trait Steppable: Clock + Default {

@@ -8,6 +8,12 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+/// `redis-server`, `nginx` and libfaketime: found on this machine, or installed by the first
+/// test that misses one.
+mod system {
+    include!("../support/system.rs");
+}
+
 /// The tests run one at a time: the real-time ones must not share two cores with each other,
 /// nor with an agreement test driving its own server flat out.
 pub fn serial() -> MutexGuard<'static, ()> {
@@ -135,7 +141,7 @@ impl RedisServer {
 
     /// Runs `redis-cli` with `args` (authenticating with `password`); its output.
     pub fn cli(&self, password: Option<&str>, args: &[&str]) -> String {
-        let mut command = Command::new("redis-cli");
+        let mut command = Command::new(system::program("redis-cli", "redis-server"));
         command.args(["-p", &self.port.to_string()]);
         if let Some(password) = password {
             command.args(["--no-auth-warning", "-a", password]);
@@ -155,7 +161,7 @@ impl RedisServer {
     /// Starts the server again on the same port (after `kill`).
     pub fn restart(&mut self) {
         assert!(self.child.is_none(), "stop the server first");
-        let mut command = Command::new("redis-server");
+        let mut command = Command::new(system::program("redis-server", "redis-server"));
         if let Some(password) = &self.password {
             command.args(["--requirepass", password]);
         }
@@ -175,7 +181,7 @@ impl RedisServer {
             .arg(&self.dir)
             .stdout(Stdio::null())
             .spawn()
-            .expect("redis-server is installed (apt-get install redis-server)");
+            .expect("redis-server starts");
         self.child = Some(child);
         let port = self.port;
         assert!(
@@ -247,6 +253,8 @@ impl Drop for RedisServer {
 /// first, serves `malloc`, `free` and the rest from glibc's allocator to everyone, so jemalloc
 /// is set up only later (by the server's `mallctl` calls), when libfaketime is ready.
 fn faketime_preload() -> String {
+    // The package that brings libfaketime brings the `faketime` command too.
+    system::program("faketime", "faketime");
     let triplet = format!("{}-linux-gnu", std::env::consts::ARCH);
     let find = |name: &str, dirs: &[String]| {
         dirs.iter()
@@ -318,11 +326,7 @@ impl Nginx {
                server {{\n    listen 127.0.0.1:{port};\n    root {d}/www;\n{blocks}  }}\n}}\n"
         );
         std::fs::write(dir.join("nginx.conf"), config).expect("nginx.conf");
-        let binary = ["/usr/sbin/nginx", "nginx"]
-            .into_iter()
-            .find(|path| !path.starts_with('/') || std::path::Path::new(path).exists())
-            .expect("nginx");
-        let child = Command::new(binary)
+        let child = Command::new(system::program("nginx", "nginx"))
             .arg("-p")
             .arg(&dir)
             .arg("-c")
@@ -331,7 +335,7 @@ impl Nginx {
             .arg(dir.join("error.log"))
             .stdout(Stdio::null())
             .spawn()
-            .expect("nginx is installed (apt-get install nginx)");
+            .expect("nginx starts");
         let nginx = Self { child, port, dir };
         assert!(
             wait_until(Duration::from_secs(10), || TcpStream::connect((

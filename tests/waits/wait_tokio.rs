@@ -1,6 +1,10 @@
 //! Async waits under tokio's paused clock: exact instants, arrival order, one wake per waiter,
 //! and cancellation that gives tokens back.
 
+#[path = "../support/mod.rs"]
+mod support;
+use support::ms;
+
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -11,10 +15,6 @@ use std::time::Duration;
 use tokio::task::JoinSet;
 use tokio::time::{sleep, timeout, Instant};
 use tollgate::{Clock, Denied, Quota, Rate, TokenBucket, TokioClock};
-
-fn ms(millis: u64) -> Duration {
-    Duration::from_millis(millis)
-}
 
 fn bucket(quota: Quota) -> Arc<TokenBucket<TokioClock>> {
     Arc::new(TokenBucket::try_new(quota, TokioClock::new()).expect("valid quota"))

@@ -1,35 +1,42 @@
 //! Blocking waits: exact results on a `ManualClock`, and measured bounds on real threads with
 //! `StdClock`.
 
+#[path = "../support/mod.rs"]
+mod support;
+use support::ms;
+
 use std::sync::Barrier;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use tollgate::{Denied, ManualClock, Quota, Rate, StdClock, TokenBucket};
 
-fn ms(millis: u64) -> Duration {
-    Duration::from_millis(millis)
-}
-
 #[test]
 fn each_call_waits_for_its_own_tokens_and_sleeps_at_least_that_long() {
     // 100 tokens a second from empty, one thread: each call waits for its own tokens to accrue
     // after the previous call took its own.
+    let built = Instant::now();
     let bucket = TokenBucket::try_new(
         Quota::new(Rate::per_second(100)).burst(4).start_empty(),
         StdClock,
     )
     .unwrap();
-    // (n, the least it can wait): the microseconds between calls count towards the next.
+    // (n, the least it can wait). A wake-up that comes late leaves the tokens accrued
+    // meanwhile for the next call, so each call's own floor holds only over the run: by the
+    // end of each call, the time since the bucket was built covers every token taken so far.
     let rows = [(1, ms(10)), (2, ms(20)), (0, ms(0)), (4, ms(40))];
     let start = Instant::now();
     let mut total = Duration::ZERO;
+    let mut earned = Duration::ZERO;
     for (n, least) in rows {
         let waited = bucket.acquire_blocking(n).unwrap();
+        earned += least;
         // Late only by scheduling: 150 ms is generous for a loaded two-core machine.
+        assert!(waited < least + ms(150), "n = {n}: waited {waited:?}");
         assert!(
-            waited + ms(1) >= least && waited < least + ms(150),
-            "n = {n}: waited {waited:?}"
+            built.elapsed() + ms(1) >= earned,
+            "n = {n}: {earned:?} of tokens taken {:?} after the start",
+            built.elapsed()
         );
         total += waited;
     }

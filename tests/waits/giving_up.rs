@@ -4,6 +4,10 @@
 //! overload with callers that give up, a crowd giving up ahead of a live waiter, a tower service
 //! dropped between `poll_ready` and `call`, and waits on several buckets raced by `select!`.
 
+#[path = "../support/mod.rs"]
+mod support;
+use support::ms;
+
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
@@ -16,10 +20,6 @@ use tokio::time::{sleep, sleep_until, timeout, Instant};
 use tollgate::layer::BackpressureLayer;
 use tollgate::{Limits, Quota, Rate, TokenBucket, TokioClock};
 use tower::{service_fn, Layer, Service, ServiceExt};
-
-fn ms(millis: u64) -> Duration {
-    Duration::from_millis(millis)
-}
 
 type Bucket = Arc<TokenBucket<TokioClock>>;
 

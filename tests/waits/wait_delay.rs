@@ -1,14 +1,14 @@
 //! Blocking waits through `embedded-hal`'s `DelayNs`, with a fake delay that moves a
 //! `ManualClock` and counts its calls.
 
+#[path = "../support/mod.rs"]
+mod support;
+use support::ms;
+
 use std::time::Duration;
 
 use embedded_hal::delay::DelayNs;
 use tollgate::{Clock, Denied, ManualClock, Quota, Rate, TokenBucket};
-
-fn ms(millis: u64) -> Duration {
-    Duration::from_millis(millis)
-}
 
 /// A delay that moves the manual clock by exactly what it is asked, and counts its calls (each
 /// call is one wake-up of the waiting caller).

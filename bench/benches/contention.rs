@@ -2,7 +2,7 @@
 //! with its floor and its peers. Each sample spreads its iterations over the threads and times
 //! the whole, so the time per iteration is the inverse of the total throughput.
 //!
-//! `cargo bench --features quanta,coarse-clock --bench contention`
+//! `cargo bench --bench contention`
 
 mod common;
 

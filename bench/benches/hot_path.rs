@@ -1,6 +1,6 @@
 //! The cost of one check on one thread, tollgate side by side with its floor and its peers.
 //!
-//! `cargo bench --features quanta,coarse-clock --bench hot_path`; criterion's report is then in
+//! `cargo bench --bench hot_path`; criterion's report is then in
 //! `target/criterion/report/index.html`.
 
 mod common;

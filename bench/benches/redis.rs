@@ -2,7 +2,8 @@
 //! loopback port): Redis round trips per acquire, and acquisitions per second, one at a time
 //! and many in flight.
 //!
-//! `cargo bench --features redis --bench redis`
+//! `cargo bench --features redis --bench redis`, which installs `redis-server` if it must (see
+//! `tests/support/system.rs`).
 
 use std::hint::black_box;
 use std::io::{Read, Write};
@@ -13,6 +14,11 @@ use std::time::{Duration, Instant};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use tollgate::redis::{Client, RedisBucket, RedisConnection};
 use tollgate::{Quota, Rate};
+
+/// `redis-server`: found on this machine, or installed (as the tests do).
+mod system {
+    include!("../../tests/support/system.rs");
+}
 
 struct Server {
     child: Child,
@@ -25,12 +31,12 @@ impl Server {
             .and_then(|listener| listener.local_addr())
             .expect("free port")
             .port();
-        let child = Command::new("redis-server")
+        let child = Command::new(system::program("redis-server", "redis-server"))
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no", "--loglevel", "warning"])
             .stdout(Stdio::null())
             .spawn()
-            .expect("redis-server is installed");
+            .expect("redis-server starts");
         let server = Self { child, port };
         let began = Instant::now();
         while server.info("PING").is_none() {

@@ -2,14 +2,14 @@
 //! whole waits for its latest part, a dropped wait gives every part back, and jitter only ever
 //! lengthens a wait, the same way for a given seed.
 
+#[path = "../support/mod.rs"]
+mod support;
+use support::ms;
+
 use std::time::Duration;
 
 use tokio::time::{timeout, Instant};
 use tollgate::{Denied, Jitter, Limits, Pause, Quota, Rate, TokenBucket, TokioClock};
-
-fn ms(millis: u64) -> Duration {
-    Duration::from_millis(millis)
-}
 
 #[tokio::test(start_paused = true)]
 async fn an_async_wait_on_limits_sleeps_until_the_latest_part() {
