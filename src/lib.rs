@@ -119,12 +119,12 @@ pub use clock::StdClock;
 pub use coarse_clock::CoarseClock;
 pub use error::{ConfigError, Denied};
 pub use jitter::Jitter;
-#[cfg(feature = "std")]
-pub use keyed::KeyedLimiter;
 #[cfg(all(feature = "heapless", not(loom)))]
 pub use keyed::KeyedTable;
 #[cfg(any(feature = "std", feature = "heapless"))]
-pub use keyed::{IpPrefix, KeyedDenied, WhenFull};
+pub use keyed::{IpPrefix, KeyedDenied, SetTierError, Tier, WhenFull, MAX_TIERS};
+#[cfg(feature = "std")]
+pub use keyed::{KeyedLimiter, KeyedLimiterBuilder};
 pub use limits::{Limits, LimitsReservation};
 pub use rate::{Quota, Rate};
 #[cfg(feature = "quanta")]
