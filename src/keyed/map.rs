@@ -821,3 +821,42 @@ impl<K, C, W: Word> core::fmt::Debug for KeyedLimiter<K, C, W> {
             .finish_non_exhaustive()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{ManualClock, Rate};
+
+    /// The cap is one count across shards: a hot shard takes every slot while the others are
+    /// empty, and then a key on an empty shard is refused all the same.
+    #[test]
+    fn one_hot_shard_takes_the_whole_capacity_and_no_more() {
+        let clock = ManualClock::new();
+        let quota = Quota::new(Rate::per_second(1)).burst(1);
+        let limiter = KeyedLimiter::<u64, _>::builder(quota, &clock)
+            .capacity(16)
+            .shards(8)
+            .build()
+            .unwrap();
+        assert_eq!(limiter.shards.len(), 8);
+        let shard_of = |key: &u64| {
+            let hash = limiter.hasher.hash_one(key);
+            core::ptr::from_ref(limiter.shard(hash)) == core::ptr::from_ref(&limiter.shards[0])
+        };
+        let hot: Vec<u64> = (0..).filter(|key| shard_of(key)).take(17).collect();
+        let cold = (0..).find(|key| !shard_of(key)).unwrap();
+        // An even share would be two keys a shard; the hot shard takes all sixteen.
+        for key in &hot[..16] {
+            assert_eq!(limiter.try_acquire(key, 1), Ok(()), "hot key {key}");
+        }
+        assert_eq!(limiter.len(), 16);
+        let full = Err(KeyedDenied::Full { capacity: 16 });
+        assert_eq!(limiter.try_acquire(&hot[16], 1), full);
+        assert_eq!(limiter.try_acquire(&cold, 1), full, "the cap is global");
+        // Once the hot shard's buckets are full again, the round of sweeps the next newcomer
+        // starts frees them for a key on any shard.
+        clock.advance(Duration::from_secs(1));
+        assert_eq!(limiter.try_acquire(&cold, 1), Ok(()));
+        assert_eq!(limiter.len(), 1);
+    }
+}

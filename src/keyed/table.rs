@@ -330,7 +330,7 @@ impl<K: Eq, C: Clock, const N: usize, W: Word, const T: usize> KeyedTable<K, C, 
     }
 
     /// The tier of `key`'s bucket, if the table holds it.
-    pub fn tier_of(&self, key: &K) -> Option<Tier> {
+    pub fn tier(&self, key: &K) -> Option<Tier> {
         critical_section::with(|cs| {
             let slots = self.slots.borrow_ref(cs);
             let slot = slots.keys.iter().position(|k| k.as_ref() == Some(key))?;
