@@ -201,12 +201,7 @@ async fn a_dry_run_lets_everything_through_and_counts_what_the_enforcing_layer_r
     let quota = Quota::new(Rate::per_second(20)).burst(5);
     let clock = TokioClock::new();
     let key = |request: &Request<String>| request.headers().get("x-client").cloned();
-    let enforcing = Arc::new(KeyedLimiter::new(
-        quota,
-        clock.clone(),
-        100,
-        WhenFull::Refuse,
-    ));
+    let enforcing = Arc::new(KeyedLimiter::new(quota, clock, 100, WhenFull::Refuse));
     let shadowed = Arc::new(KeyedLimiter::new(quota, clock, 100, WhenFull::Refuse));
     let logged = Arc::new(AtomicU64::new(0));
     let shadow = {
@@ -286,7 +281,8 @@ fn the_forwarded_client_is_the_first_hop_no_trusted_proxy_wrote() {
     const PROXY: Option<[u8; 4]> = Some([10, 0, 0, 5]);
     let xff = "x-forwarded-for";
     // (trusted proxies, peer, header lines, key)
-    let rows: &[(usize, Option<[u8; 4]>, &[&str], Option<IpAddr>)] = &[
+    type Row<'a> = (usize, Option<[u8; 4]>, &'a [&'a str], Option<IpAddr>);
+    let rows: &[Row] = &[
         (1, PROXY, &[], ip("10.0.0.5")), // no header: the peer (a request that bypassed the proxy)
         (1, PROXY, &["203.0.113.7"], ip("203.0.113.7")),
         (1, PROXY, &["6.6.6.6, 203.0.113.7"], ip("203.0.113.7")), // a forged hop is never read

@@ -32,8 +32,11 @@ pub struct DryRun<L> {
     limit: L,
     checked: AtomicU64,
     would_refuse: AtomicU64,
-    on_refusal: Option<Box<dyn Fn(&RateLimited) + Send + Sync>>,
+    on_refusal: Option<Log>,
 }
+
+/// What a dry run calls with each refusal it did not make.
+type Log = Box<dyn Fn(&RateLimited) + Send + Sync>;
 
 impl<L> DryRun<L> {
     /// `limit` in shadow mode, counting what it would refuse.

@@ -38,7 +38,7 @@ use crate::IpPrefix;
 ///
 /// let peer = PeerIp::from_extension(IpPrefix::default(), |info: &ConnectInfo<SocketAddr>| info.0);
 /// let mut request = http::Request::new(());
-/// request.extensions_mut().insert(ConnectInfo(SocketAddr::from(([2001, 0xdb8, 1, 2, 3, 4, 5, 6], 443))));
+/// request.extensions_mut().insert(ConnectInfo(SocketAddr::from(([0x2001, 0xdb8, 1, 2, 3, 4, 5, 6], 443))));
 /// assert_eq!(peer.key_of(&request), Some("2001:db8:1:2::".parse().unwrap()));
 /// ```
 pub struct PeerIp<T = SocketAddr> {
