@@ -19,8 +19,10 @@ use crate::{ConfigError, Denied, Quota};
 /// A fixed-capacity table of up to `N` keyed buckets that share one quota and one clock, with
 /// no heap: for per-CAN-id or per-sensor limits on a microcontroller.
 ///
-/// Each slot holds a key, one atomic word (the bucket's whole state) and a count of the calls
-/// using it. A call takes a short critical section (the `critical-section` crate) only to find
+/// Each slot holds a key, one atomic word (the bucket's whole state), a count of the calls
+/// using it, its tier and whether it is protected (a byte each): `size_of::<Option<K>>()`, the
+/// word (8 or 4 bytes), the count (4) and 2 bytes a slot, each in its own array; the tiers'
+/// layouts are solved once for the whole table. A call takes a short critical section (the `critical-section` crate) only to find
 /// its key's slot, or to claim one, and to count itself in; it then updates the word with the
 /// same compare-exchange loop as [`TokenBucket`](crate::TokenBucket), outside the critical
 /// section, and counts itself out. So calls from threads and interrupt handlers may interleave
@@ -67,13 +69,13 @@ use crate::{ConfigError, Denied, Quota};
 /// they are, capped by the new burst: a change never mints), touching no other key.
 ///
 /// ```
-/// use tollgate::{KeyedTable, ManualClock, Quota, Rate, Tier, WhenFull};
+/// use tollgate::{DefaultWord, KeyedTable, ManualClock, Quota, Rate, Tier, WhenFull};
 ///
 /// static CLOCK: ManualClock = ManualClock::new();
 /// const SENSOR: Tier = Tier(0);
 /// const ALARM: Tier = Tier(1);
 /// // Sensors 1 message a second, the alarm line (id 0) 10 a second.
-/// static PER_ID: KeyedTable<u16, &ManualClock, 8, u32, 2> = KeyedTable::with_tiers(
+/// static PER_ID: KeyedTable<u16, &ManualClock, 8, DefaultWord, 2> = KeyedTable::with_tiers(
 ///     [Quota::new(Rate::per_second(1)), Quota::new(Rate::per_second(10))],
 ///     |id| if *id == 0 { ALARM } else { SENSOR },
 ///     &CLOCK,
@@ -83,10 +85,12 @@ use crate::{ConfigError, Denied, Quota};
 /// assert!(PER_ID.try_acquire(7, 1).is_ok());
 /// assert!(PER_ID.try_acquire(7, 1).is_err());
 /// assert!((0..10).all(|_| PER_ID.try_acquire(0, 1).is_ok()));
-/// // Sensor 7 misbehaves no longer... but it keeps the one message it has (none), capped by
-/// // the alarm tier's burst: nothing is minted by the change.
+/// // Sensor 7 moves to the alarm tier: it keeps what it held (nothing), capped by the new
+/// // burst, so the move mints nothing; from now on it refills at ten a second.
 /// assert_eq!(PER_ID.set_tier(&7, ALARM), Ok(true));
 /// assert_eq!(PER_ID.available(&7), 0);
+/// CLOCK.advance(core::time::Duration::from_millis(100));
+/// assert_eq!(PER_ID.available(&7), 1);
 /// ```
 pub struct KeyedTable<K, C, const N: usize, W: Word = DefaultWord, const T: usize = 1> {
     slots: Mutex<RefCell<Slots<K, N>>>,
