@@ -428,3 +428,58 @@ fn tiers_cost_no_memory_beyond_the_stated_bytes_per_key() {
     assert!(per_key <= 2.3 * 25.0 + 1.0, "{per_key:.1} bytes per key");
     println!("{per_key:.1} heap bytes per key at the capacity (u64 keys, 64-bit word, 3 tiers)");
 }
+
+#[test]
+fn threads_taking_while_another_flips_the_tier_never_get_more_than_the_looser_tier_allows() {
+    // Two threads take from key 0 as fast as they can while a third moves it between the free
+    // tier and the strict one, and the clock runs two seconds in steps of 1 ms. Whatever the
+    // interleaving, no grant comes from a word read under the other tier's layout: the key
+    // gets at most what the looser tier alone would give, 10 + 5 × 2.
+    fn run(clock: &ManualClock, subject: &(dyn Tiered + Sync)) -> (u64, u64) {
+        let done = std::sync::atomic::AtomicBool::new(false);
+        let granted = std::sync::atomic::AtomicU64::new(0);
+        let moves = std::sync::atomic::AtomicU64::new(0);
+        std::thread::scope(|scope| {
+            for _ in 0..2 {
+                scope.spawn(|| {
+                    while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                        if subject.acquire(0, 1).is_ok() {
+                            granted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        }
+                    }
+                });
+            }
+            scope.spawn(|| {
+                let mut to = 2;
+                while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                    if let Ok(true) = subject.set_tier(0, Tier(to)) {
+                        moves.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        to = 2 - to;
+                    }
+                }
+            });
+            for _ in 0..2_000 {
+                clock.advance(Duration::from_millis(1));
+                // Let the others run at each instant, however busy the machine.
+                let seen = granted.load(std::sync::atomic::Ordering::Relaxed)
+                    + moves.load(std::sync::atomic::Ordering::Relaxed);
+                while granted.load(std::sync::atomic::Ordering::Relaxed)
+                    + moves.load(std::sync::atomic::Ordering::Relaxed)
+                    < seen + 2
+                {
+                    std::thread::yield_now();
+                }
+            }
+            done.store(true, std::sync::atomic::Ordering::Relaxed);
+        });
+        (granted.into_inner(), moves.into_inner())
+    }
+    let clock = ManualClock::new();
+    let (granted, moves) = run(&clock, &limiter(&clock));
+    assert!(granted <= 10 + 5 * 2, "limiter: {granted} granted");
+    assert!(moves > 100, "limiter: only {moves} moves");
+    let clock = ManualClock::new();
+    let (granted, moves) = run(&clock, &table::<u64>(&clock));
+    assert!(granted <= 10 + 5 * 2, "table: {granted} granted");
+    assert!(moves > 100, "table: only {moves} moves");
+}
