@@ -91,6 +91,7 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word> KeyedLimiterBuilder<K, C, W> {
     /// `Tier(0)`), and the function that picks a new key's tier. It runs once per new bucket,
     /// outside the shard's lock; a tier the limiter does not have refuses the key with
     /// [`KeyedDenied::UnknownTier`](crate::KeyedDenied::UnknownTier). Up to 256 tiers in all.
+    /// Called again, it replaces the quotas and the function given before.
     pub fn tiers(
         mut self,
         more: impl IntoIterator<Item = Quota>,
