@@ -68,8 +68,8 @@ pub use builder::KeyedLimiterBuilder;
 /// # Memory
 ///
 /// A key costs one entry, `size_of::<K>()` plus the word plus the tier byte, rounded up to the
-/// alignment (24 bytes for a `u64` key on the 64-bit word, 16 on the 32-bit word, 32 for an
-/// `IpAddr` on either), and a control byte, in tables kept between half and seven eighths
+/// alignment (24 bytes for a `u64` key on the 64-bit word, 16 on the 32-bit word; 32 and 24
+/// for an `IpAddr`), and a control byte, in tables kept between half and seven eighths
 /// full: at most about 2.3 times that per key at the capacity, which
 /// [`heap_bytes`](Self::heap_bytes) reports as it is.
 ///
