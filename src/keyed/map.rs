@@ -827,6 +827,17 @@ mod tests {
     use super::*;
     use crate::{ManualClock, Rate};
 
+    /// The bytes an entry costs, as the type's docs state them.
+    #[test]
+    fn an_entry_is_the_key_the_word_and_the_tier_byte_aligned() {
+        use core::mem::size_of;
+        use core::net::IpAddr;
+        assert_eq!(size_of::<Entry<u64, u64>>(), 24);
+        assert_eq!(size_of::<Entry<u64, u32>>(), 16);
+        assert_eq!(size_of::<Entry<Option<IpAddr>, u64>>(), 32);
+        assert_eq!(size_of::<Entry<Option<IpAddr>, u32>>(), 24);
+    }
+
     /// The cap is one count across shards: a hot shard takes every slot while the others are
     /// empty, and then a key on an empty shard is refused all the same.
     #[test]
