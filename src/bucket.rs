@@ -329,8 +329,8 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
     }
 
     /// How long until the bucket is full again, read to its resolution: the local fallback of
-    /// the Redis bucket reports it like the script does.
-    #[cfg(feature = "redis")]
+    /// the Redis bucket reports it like the script does, and the tower layer's refusals.
+    #[cfg(any(feature = "redis", feature = "tower"))]
     pub(crate) fn until_full(&self) -> Duration {
         let now = self.clock.now();
         let ticks = self.params.ticks_to_full(W::load(&self.word), now);

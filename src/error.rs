@@ -81,6 +81,8 @@ pub enum ConfigError {
     ClockTooCoarse,
     /// A keyed limiter was asked to hold no keys.
     ZeroCapacity,
+    /// A keyed limiter was given no tiers, or more than 256 (a slot keeps its tier in a byte).
+    TierCount,
     /// A window quota ([`Quota::within`](crate::Quota::within)) with a zero window.
     ZeroWindow,
     /// A window quota whose window exceeds 584 years.
@@ -123,6 +125,7 @@ impl ConfigError {
                 "one tick of the clock accrues more tokens than the burst can take in; raise the burst or use a finer clock"
             }
             ConfigError::ZeroCapacity => "keyed limiter capacity is zero",
+            ConfigError::TierCount => "a keyed limiter needs between 1 and 256 tiers",
             ConfigError::ZeroWindow => "window of the cap is zero",
             ConfigError::WindowOutOfRange => "window of the cap exceeds 584 years",
             ConfigError::BurstNotBelowCap => {

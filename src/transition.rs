@@ -308,9 +308,9 @@ impl Params {
     }
 }
 
-/// The transition for a change of quota (only `AdjustableBucket` changes quotas, and it needs
-/// 64-bit atomics).
-#[cfg(any(loom, target_has_atomic = "64"))]
+/// The transition for a change of quota: `AdjustableBucket`'s (which needs 64-bit atomics) and
+/// a keyed limiter's change of one key's tier.
+#[cfg(any(loom, target_has_atomic = "64", feature = "std", feature = "heapless"))]
 impl Params {
     /// The word under `to` holding, at `now_ticks`, what `word` holds under `self`. Tokens are
     /// kept as-is (fractions rounded toward fewer), less the part of a step that `to`'s reading
