@@ -78,7 +78,7 @@ fn direct(when_full: WhenFull, seconds: u64) -> f64 {
     const CAPACITY: usize = 100_000;
     // 100 a second, bursts of 10: the polite client asks every 20 ms, half its rate.
     let quota = Quota::new(Rate::per_second(100)).burst(10);
-    let limiter = KeyedLimiter::<u64, _>::new(quota, StdClock, CAPACITY, when_full).unwrap();
+    let limiter = KeyedLimiter::<u64, _>::try_new(quota, StdClock, CAPACITY, when_full).unwrap();
     let resident_before = resident_mib();
     const POLITE: u64 = u64::MAX;
     for _ in 0..2 {

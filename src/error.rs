@@ -35,7 +35,7 @@ impl fmt::Display for Denied {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Denied::Insufficient { retry_after } => {
-                write!(f, "rate limited: retry after {}", Readable(*retry_after))
+                write!(f, "rate limited: retry after {}", ForPeople(*retry_after))
             }
             Denied::ExceedsCapacity { burst } => write!(
                 f,
@@ -134,60 +134,39 @@ impl ConfigError {
 
 impl core::error::Error for ConfigError {}
 
-/// A duration as a person reads it in a message: `1.3 s`, `250 ms`, `2 min 5 s`. Rounded up at
-/// the digit shown, so a `retry after` is never read as sooner than it is. Every `Display` that
-/// shows a duration goes through it.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Readable(pub(crate) Duration);
+/// A duration as a person reads it, rounded up so that waiting that long is never early (the
+/// one formatter of every message that shows a duration):
+/// milliseconds below a second (`350 ms`), seconds to a tenth from there (`1.2 s`, `3 s`),
+/// `0 s` for none. For the body of an answer, where `{:?}` (`1.2000001s`) would do.
+///
+/// ```
+/// use core::time::Duration;
+/// use tollgate::headers::ForPeople;
+///
+/// assert_eq!(ForPeople(Duration::from_millis(1_200)).to_string(), "1.2 s");
+/// assert_eq!(ForPeople(Duration::from_nanos(1_200_000_001)).to_string(), "1.3 s");
+/// assert_eq!(ForPeople(Duration::from_millis(350)).to_string(), "350 ms");
+/// assert_eq!(ForPeople(Duration::from_micros(10)).to_string(), "1 ms");
+/// assert_eq!(ForPeople(Duration::from_secs(3)).to_string(), "3 s");
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ForPeople(pub Duration);
 
-impl fmt::Display for Readable {
+impl fmt::Display for ForPeople {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        const UNITS: [(u128, &str); 4] = [
-            (1, "ns"),
-            (1_000, "µs"),
-            (1_000_000, "ms"),
-            (1_000_000_000, "s"),
-        ];
         let nanos = self.0.as_nanos();
-        if nanos >= 60_000_000_000 {
-            return whole_minutes(f, nanos);
+        if nanos == 0 {
+            return f.write_str("0 s");
         }
-        // The largest unit that reads at least 1 (and under 1000 once rounded up), to one
-        // decimal below 10 of it.
-        let mut at = 0;
-        while at + 1 < UNITS.len()
-            && (nanos >= UNITS[at + 1].0 || nanos.div_ceil(UNITS[at].0) >= 1_000)
-        {
-            at += 1;
+        let millis = nanos.div_ceil(1_000_000);
+        if millis < 1_000 {
+            return write!(f, "{millis} ms");
         }
-        let (per, name) = UNITS[at];
-        if per == 1 {
-            return write!(f, "{nanos} {name}");
+        let tenths = nanos.div_ceil(100_000_000);
+        match tenths % 10 {
+            0 => write!(f, "{} s", tenths / 10),
+            tenth => write!(f, "{}.{tenth} s", tenths / 10),
         }
-        let tenths = nanos.div_ceil(per / 10);
-        if tenths % 10 == 0 || tenths >= 100 {
-            write!(f, "{} {name}", tenths.div_ceil(10))
-        } else {
-            write!(f, "{}.{} {name}", tenths / 10, tenths % 10)
-        }
-    }
-}
-
-/// A minute or more: the two largest of days, hours, minutes and seconds, rounded up.
-fn whole_minutes(f: &mut fmt::Formatter<'_>, nanos: u128) -> fmt::Result {
-    const PARTS: [(u128, &str); 4] = [(86_400, "d"), (3_600, "h"), (60, "min"), (1, "s")];
-    let secs = nanos.div_ceil(1_000_000_000);
-    let first = PARTS.iter().position(|&(per, _)| secs >= per).unwrap_or(3);
-    let (big, big_name) = PARTS[first];
-    let Some(&(small, small_name)) = PARTS.get(first + 1) else {
-        return write!(f, "{secs} {big_name}");
-    };
-    let total = secs.div_ceil(small);
-    let (high, low) = (total / (big / small), total % (big / small));
-    if low == 0 {
-        write!(f, "{high} {big_name}")
-    } else {
-        write!(f, "{high} {big_name} {low} {small_name}")
     }
 }
 
@@ -195,31 +174,6 @@ fn whole_minutes(f: &mut fmt::Formatter<'_>, nanos: u128) -> fmt::Result {
 mod tests {
     use super::*;
     use std::string::ToString;
-
-    #[test]
-    fn durations_read_as_people_write_them_never_sooner() {
-        let rows = [
-            (Duration::ZERO, "0 ns"),
-            (Duration::from_nanos(999), "999 ns"),
-            (Duration::from_nanos(1_000), "1 µs"),
-            (Duration::from_nanos(1_001), "1.1 µs"),
-            (Duration::from_micros(250), "250 µs"),
-            (Duration::from_millis(200), "200 ms"),
-            (Duration::from_nanos(999_999_999), "1 s"),
-            (Duration::from_millis(1_200), "1.2 s"),
-            (Duration::from_millis(1_201), "1.3 s"),
-            (Duration::from_millis(9_950), "10 s"),
-            (Duration::from_secs(59), "59 s"),
-            (Duration::from_secs(60), "1 min"),
-            (Duration::from_millis(125_001), "2 min 6 s"),
-            (Duration::from_secs(3 * 3_600 + 1), "3 h 1 min"),
-            (Duration::from_secs(2 * 86_400), "2 d"),
-            (Duration::MAX, "213503982334601 d 8 h"),
-        ];
-        for (duration, text) in rows {
-            assert_eq!(Readable(duration).to_string(), text, "{duration:?}");
-        }
-    }
 
     #[test]
     fn a_denial_says_when_to_retry_in_seconds() {

@@ -49,7 +49,7 @@
 //! | `tokio` | no | `TokioClock`, `TokenBucket::acquire(n).await`: cancel-safe async waits; `io::Throttled`: byte-rate `AsyncRead` / `AsyncWrite` |
 //! | `embedded-hal` | no | `TokenBucket::acquire_with_delay`: blocking waits through `DelayNs` |
 //! | `heapless` | no | `KeyedTable`: per-key limits in fixed memory, safe in interrupt handlers |
-//! | `tower` | no | `layer`: tower middleware, rejection (429 headers) or backpressure |
+//! | `tower` | no | `layer`: tower middleware: HTTP answers (429 and 503 with their headers), key extractors, rejection as an error, backpressure, dry run |
 //! | `redis` | no | `RedisBucket`: one quota shared by many processes, kept in Redis |
 //! | `quanta` | no | `TscClock`: the CPU's time-stamp counter, for hot paths (implies `std`) |
 //! | `coarse-clock` | no | `CoarseClock`: one atomic refreshed every millisecond (implies `std`) |
@@ -177,12 +177,12 @@ pub use clock::TokioClock;
 pub use clock::TscClock;
 pub use engine::word::{DefaultWord, Word};
 pub use error::{ConfigError, Denied};
-#[cfg(feature = "std")]
-pub use keyed::KeyedLimiter;
 #[cfg(all(feature = "heapless", not(loom)))]
 pub use keyed::KeyedTable;
 #[cfg(any(feature = "std", feature = "heapless"))]
-pub use keyed::{IpPrefix, KeyedConfigError, KeyedDenied, WhenFull};
+pub use keyed::{IpPrefix, KeyedConfigError, KeyedDenied, SetTierError, Tier, WhenFull, MAX_TIERS};
+#[cfg(feature = "std")]
+pub use keyed::{KeyedLimiter, KeyedLimiterBuilder};
 pub use limits::{Limits, LimitsReservation};
 pub use rate::{Quota, Rate};
 pub use wait::Jitter;

@@ -17,20 +17,25 @@ mod axum_server;
 struct Reply {
     status: u16,
     headers: HashMap<String, String>,
+    body: String,
 }
 
 /// One `GET /` from `client` (a loopback address of its own) on a new connection.
 async fn get(server: SocketAddr, client: [u8; 4]) -> Reply {
+    get_with(server, client, "/", "").await
+}
+
+/// One `GET` of `path` with `extra` header lines (each ending in CRLF) from `client`.
+async fn get_with(server: SocketAddr, client: [u8; 4], path: &str, extra: &str) -> Reply {
     let socket = TcpSocket::new_v4().unwrap();
     socket.bind(SocketAddr::from((client, 0))).unwrap();
     let mut stream = socket.connect(server).await.unwrap();
-    stream
-        .write_all(b"GET / HTTP/1.1\r\nHost: tollgate\r\nConnection: close\r\n\r\n")
-        .await
-        .unwrap();
+    let request =
+        format!("GET {path} HTTP/1.1\r\nHost: tollgate\r\n{extra}Connection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
     let mut raw = String::new();
     stream.read_to_string(&mut raw).await.unwrap();
-    let head = raw.split("\r\n\r\n").next().unwrap();
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap();
     let mut lines = head.lines();
     let status = lines
         .next()
@@ -44,7 +49,11 @@ async fn get(server: SocketAddr, client: [u8; 4]) -> Reply {
         .filter_map(|line| line.split_once(": "))
         .map(|(name, value)| (name.to_ascii_lowercase(), value.to_owned()))
         .collect();
-    Reply { status, headers }
+    Reply {
+        status,
+        headers,
+        body: body.to_owned(),
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -169,5 +178,53 @@ async fn a_polite_client_keeps_its_grants_through_a_flood_of_new_addresses() {
     let granted = polite.iter().filter(|&&status| status == 200).count();
     assert!(polite.len() >= 15, "{} polite requests", polite.len());
     assert_eq!(granted, polite.len(), "polite statuses: {polite:?}");
+    serving.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_api_keys_get_their_own_tiers_and_refusals_read_as_people_write() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let server = listener.local_addr().unwrap();
+    let quota = Quota::new(Rate::per_second(5)).burst(10);
+    let serving = tokio::spawn(axum_server::serve(listener, axum_server::limiter(quota)));
+    // Both keys from one address: the API's limit is per key, not per address.
+    const CLIENT: [u8; 4] = [127, 0, 0, 5];
+    let started = Instant::now();
+    let (mut free, mut paid, mut refusals) = (0, 0, Vec::new());
+    for round in 0..130 {
+        let reply = get_with(server, CLIENT, "/api", "x-api-key: paid-demo\r\n").await;
+        paid += usize::from(reply.status == 200);
+        if round < 20 {
+            let reply = get_with(server, CLIENT, "/api", "x-api-key: someone\r\n").await;
+            free += usize::from(reply.status == 200);
+            if reply.status == 429 {
+                refusals.push(reply);
+            }
+        }
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    // Each key its own burst at once, and at most its rate since (the bound is the real time
+    // the run took, however slow the machine).
+    assert!(
+        paid >= 100 && paid <= 100 + (50.0 * elapsed) as usize,
+        "paid: {paid} in {elapsed:.2} s"
+    );
+    assert!(
+        free >= 10 && free <= 10 + (5.0 * elapsed) as usize,
+        "free: {free} in {elapsed:.2} s"
+    );
+    assert!(!refusals.is_empty());
+    for reply in &refusals {
+        assert_eq!(reply.headers["ratelimit-policy"], "\"default\";q=10;w=2");
+        // "rate limited: retry after 180 ms" or "… 1.2 s": a person's duration, not `{:?}`.
+        let wait = reply
+            .body
+            .strip_prefix("rate limited: retry after ")
+            .unwrap()
+            .trim_end();
+        let (number, unit) = wait.split_once(' ').unwrap();
+        assert!(["ms", "s"].contains(&unit), "{:?}", reply.body);
+        assert!(number.parse::<f64>().is_ok(), "{:?}", reply.body);
+    }
     serving.abort();
 }

@@ -19,9 +19,12 @@ fn the_cap_is_the_cap_on_every_shard_count() {
     for shards in [1, 4, 64, 1_024] {
         for capacity in [1, 17, 64, 1_000, 4_096] {
             let clock = ManualClock::new();
-            let limiter =
-                KeyedLimiter::with_shards(quota, &clock, capacity, WhenFull::Refuse, shards)
-                    .unwrap();
+            let limiter = KeyedLimiter::builder(quota, &clock)
+                .capacity(capacity)
+                .when_full(WhenFull::Refuse)
+                .shards(shards)
+                .build()
+                .unwrap();
             let at = format!("{capacity} keys over {shards} shards");
             for key in 0..capacity as u64 {
                 assert_eq!(limiter.try_acquire(&key, 1), Ok(()), "key {key}, {at}");
@@ -156,8 +159,12 @@ fn a_polite_key_keeps_its_grants_in_a_keyed_limiter_under_any_flood_and_either_p
     for when_full in [WhenFull::Refuse, WhenFull::Admit] {
         for (attackers_per_second, shards) in [(10_000, 4), (100_000, 64), (100_000, 1)] {
             let clock = ManualClock::new();
-            let limiter =
-                KeyedLimiter::with_shards(QUOTA, &clock, 1_000, when_full, shards).unwrap();
+            let limiter = KeyedLimiter::builder(QUOTA, &clock)
+                .capacity(1_000)
+                .when_full(when_full)
+                .shards(shards)
+                .build()
+                .unwrap();
             let result = flood(&limiter, &clock, attackers_per_second);
             let at = format!("{when_full:?}, {attackers_per_second} new keys/s, {shards} shards");
             assert_polite_kept_its_grants(&result, &at);
@@ -200,7 +207,12 @@ fn returning_attackers_take_the_protected_share_but_not_the_polite_keys_slot() {
     // protected share (three quarters) and keeps it, but cannot take a protected slot.
     for when_full in [WhenFull::Refuse, WhenFull::Admit] {
         let clock = ManualClock::new();
-        let limiter = KeyedLimiter::with_shards(QUOTA, &clock, 1_000, when_full, 8).unwrap();
+        let limiter = KeyedLimiter::builder(QUOTA, &clock)
+            .capacity(1_000)
+            .when_full(when_full)
+            .shards(8)
+            .build()
+            .unwrap();
         let result = flood_with(&limiter, &clock, 20_000, &[5, 5]);
         let at = format!("limiter, {when_full:?}");
         assert_polite_kept_its_grants(&result, &at);
@@ -254,7 +266,11 @@ fn a_protected_key_keeps_its_slot_for_the_window_and_then_gives_it_up() {
 fn a_polite_key_in_a_limiter_keeps_its_slot_and_an_idle_one_gives_it_up() {
     let clock = ManualClock::new();
     let quota = Quota::new(Rate::per_second(1)).burst(1);
-    let limiter = KeyedLimiter::with_shards(quota, &clock, 2, WhenFull::Refuse, 2)
+    let limiter = KeyedLimiter::builder(quota, &clock)
+        .capacity(2)
+        .when_full(WhenFull::Refuse)
+        .shards(2)
+        .build()
         .unwrap()
         .with_protection(Duration::from_secs(10));
     for key in [1u8, 2] {
@@ -302,8 +318,12 @@ fn touch_all_keeps_every_key_of_a_32_bit_table_readable_and_evictable() {
     assert_eq!(table.len(), 2);
     assert_eq!(table.available(&2), 10); // evicted: reads as the start fill
 
-    let limiter =
-        KeyedLimiter::<u16, _, u32>::new_with_word(quota, &clock, 2, WhenFull::Refuse).unwrap();
+    let limiter = KeyedLimiter::<u16, _>::builder(quota, &clock)
+        .capacity(2)
+        .when_full(WhenFull::Refuse)
+        .word::<u32>()
+        .build()
+        .unwrap();
     for key in [1u16, 2] {
         assert_eq!(limiter.try_acquire(&key, 10), Ok(()));
     }
@@ -349,7 +369,7 @@ fn prefix_keys_give_a_whole_network_one_key() {
 
     // An attacker with a /64 gets one bucket, however many addresses it uses.
     let clock = ManualClock::new();
-    let limiter = KeyedLimiter::new(QUOTA, &clock, 1_000, WhenFull::Refuse).unwrap();
+    let limiter = KeyedLimiter::try_new(QUOTA, &clock, 1_000, WhenFull::Refuse).unwrap();
     let by_network = IpPrefix::default();
     let granted = (0..100u128)
         .map(|host| IpAddr::V6(Ipv6Addr::from((0x2001_0db8_0000_0001u128 << 64) | host)))

@@ -12,7 +12,7 @@ fn a_flood_of_a_million_new_keys_stays_within_the_cap_and_a_steady_key_keeps_its
     let clock = ManualClock::new();
     let quota = Quota::new(Rate::per_second(10)).burst(10);
     let cap = 10_000;
-    let limiter = KeyedLimiter::new(quota, &clock, cap, WhenFull::Refuse).unwrap();
+    let limiter = KeyedLimiter::try_new(quota, &clock, cap, WhenFull::Refuse).unwrap();
     // The steady client asks 100 times a second, ten times its rate; a bucket of its own is
     // the reference for every decision.
     let reference = TokenBucket::try_new(quota, &clock).unwrap();
@@ -70,7 +70,12 @@ fn only_full_buckets_are_evicted() {
     let clock = ManualClock::new();
     let quota = Quota::new(Rate::per_second(1)).burst(2);
     // One shard of two keys, so that the cap is exact for this small case.
-    let limiter = KeyedLimiter::with_shards(quota, &clock, 2, WhenFull::Refuse, 1).unwrap();
+    let limiter = KeyedLimiter::builder(quota, &clock)
+        .capacity(2)
+        .when_full(WhenFull::Refuse)
+        .shards(1)
+        .build()
+        .unwrap();
     let full = Err(KeyedDenied::Full { capacity: 2 });
     // (ms since start, key, n, expected)
     let rows = [
@@ -108,7 +113,12 @@ fn only_full_buckets_are_evicted() {
 fn fail_open_admits_untracked_keys_through_one_shared_overflow_bucket() {
     let clock = ManualClock::new();
     let quota = Quota::new(Rate::per_second(1)).burst(2);
-    let limiter = KeyedLimiter::with_shards(quota, &clock, 1, WhenFull::Admit, 1).unwrap();
+    let limiter = KeyedLimiter::builder(quota, &clock)
+        .capacity(1)
+        .when_full(WhenFull::Admit)
+        .shards(1)
+        .build()
+        .unwrap();
     let full = Err(KeyedDenied::Full { capacity: 1 });
     assert_eq!(limiter.try_acquire(&1, 2), Ok(()));
     assert_eq!(limiter.until_room(), Duration::ZERO); // the overflow bucket holds two
@@ -138,15 +148,19 @@ fn fail_open_admits_untracked_keys_through_one_shared_overflow_bucket() {
 fn bad_input_is_an_error() {
     let clock = ManualClock::new();
     let quota = Quota::new(Rate::per_second(1));
-    let zero = KeyedLimiter::<u8, _>::new(quota, &clock, 0, WhenFull::Refuse);
+    let zero = KeyedLimiter::<u8, _>::try_new(quota, &clock, 0, WhenFull::Refuse);
     assert_eq!(zero.unwrap_err(), KeyedConfigError::ZeroCapacity);
-    let bad =
-        KeyedLimiter::<u8, _>::new(Quota::new(Rate::per_second(0)), &clock, 9, WhenFull::Refuse);
+    let bad = KeyedLimiter::<u8, _>::try_new(
+        Quota::new(Rate::per_second(0)),
+        &clock,
+        9,
+        WhenFull::Refuse,
+    );
     assert_eq!(
         bad.unwrap_err(),
         KeyedConfigError::Quota(ConfigError::ZeroRate)
     );
-    let limiter = KeyedLimiter::new(quota, &clock, 9, WhenFull::Refuse).unwrap();
+    let limiter = KeyedLimiter::try_new(quota, &clock, 9, WhenFull::Refuse).unwrap();
     assert_eq!(
         limiter.try_acquire(&1u8, 2),
         Err(KeyedDenied::Denied(Denied::ExceedsCapacity { burst: 1 }))
@@ -159,7 +173,7 @@ fn bad_input_is_an_error() {
 fn threads_on_shared_keys_get_each_burst_exactly_once() {
     let clock = ManualClock::new();
     let quota = Quota::new(Rate::per_second(1)).burst(1_000);
-    let limiter = KeyedLimiter::new(quota, &clock, 64, WhenFull::Refuse).unwrap();
+    let limiter = KeyedLimiter::try_new(quota, &clock, 64, WhenFull::Refuse).unwrap();
     let granted: u64 = std::thread::scope(|s| {
         let workers: Vec<_> = (0..4u64)
             .map(|t| {

@@ -91,7 +91,7 @@ async fn a_refusal_says_when_to_retry_in_its_headers() {
 async fn per_key_rejection_limits_each_key_alone() {
     let clock = TokioClock::new();
     let quota = Quota::new(Rate::per_second(1)).burst(2);
-    let limiter = Arc::new(KeyedLimiter::new(quota, clock, 1_000, WhenFull::Refuse).unwrap());
+    let limiter = Arc::new(KeyedLimiter::try_new(quota, clock, 1_000, WhenFull::Refuse).unwrap());
     // Requests are (client, payload); the key is the client.
     let inner =
         service_fn(|(_, payload): (&'static str, u32)| async move { Ok::<_, Infallible>(payload) });
@@ -120,8 +120,14 @@ async fn a_full_keyed_limiter_refuses_with_503_and_says_when_there_will_be_room(
     let clock = TokioClock::new();
     // One token every 4 s: key 1's bucket is full, and may be evicted, 4 s after its request.
     let quota = Quota::new(Rate::new(1, Duration::from_secs(4))).burst(1);
-    let limiter =
-        Arc::new(KeyedLimiter::with_shards(quota, clock, 1, WhenFull::Refuse, 1).unwrap());
+    let limiter = Arc::new(
+        KeyedLimiter::builder(quota, clock)
+            .capacity(1)
+            .when_full(WhenFull::Refuse)
+            .shards(1)
+            .build()
+            .unwrap(),
+    );
     let service = RejectLayer::per_key(limiter, |request: &u32| *request).layer(echo());
     service.clone().oneshot(1).await.unwrap();
     tokio::time::advance(Duration::from_millis(1_500)).await;

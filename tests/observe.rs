@@ -98,7 +98,7 @@ fn blocking_waits_are_counted() {
 fn a_keyed_limiter_is_counted_whole_and_a_newcomer_without_room_is_a_denial() {
     let clock = ManualClock::new();
     let quota = Quota::new(Rate::per_second(1)).burst(2);
-    let limiter = KeyedLimiter::new(quota, &clock, 2, WhenFull::Refuse).unwrap();
+    let limiter = KeyedLimiter::try_new(quota, &clock, 2, WhenFull::Refuse).unwrap();
     let counters = Counters::new();
     let gate = Counted::new(limiter, &counters);
     // (key, granted?)

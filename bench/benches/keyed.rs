@@ -55,7 +55,7 @@ fn bytes_per_key<T>(fill: impl FnOnce() -> T) -> (f64, T) {
 fn memory_per_key() {
     let (tollgate_u64, u64_held) = bytes_per_key(|| {
         let limiter =
-            KeyedLimiter::new(held(), StdClock, 2 * KEYS as usize, WhenFull::Refuse).unwrap();
+            KeyedLimiter::try_new(held(), StdClock, 2 * KEYS as usize, WhenFull::Refuse).unwrap();
         for key in 0..KEYS {
             limiter.try_acquire(&key, 1).unwrap();
         }
@@ -63,13 +63,12 @@ fn memory_per_key() {
     });
     let (tollgate_u32, u32_held) = bytes_per_key(|| {
         let quota = held();
-        let limiter = KeyedLimiter::<u64, _, u32>::new_with_word(
-            quota,
-            StdClock,
-            2 * KEYS as usize,
-            WhenFull::Refuse,
-        )
-        .unwrap();
+        let limiter = KeyedLimiter::<u64, _>::builder(quota, StdClock)
+            .capacity(2 * KEYS as usize)
+            .when_full(WhenFull::Refuse)
+            .word::<u32>()
+            .build()
+            .unwrap();
         for key in 0..KEYS {
             limiter.try_acquire(&key, 1).unwrap();
         }
@@ -140,12 +139,14 @@ fn memory_at_capacity() {
         limiter
     });
     let (tollgate_u64, u64_held) = bytes_per(CAP, || {
-        let limiter = KeyedLimiter::new(held(), StdClock, CAP as usize, WhenFull::Refuse).unwrap();
+        let limiter =
+            KeyedLimiter::try_new(held(), StdClock, CAP as usize, WhenFull::Refuse).unwrap();
         flooded(&|i| limiter.try_acquire(&i, 1).is_ok());
         limiter
     });
     let (tollgate_ip, ip_held) = bytes_per(CAP, || {
-        let limiter = KeyedLimiter::new(held(), StdClock, CAP as usize, WhenFull::Refuse).unwrap();
+        let limiter =
+            KeyedLimiter::try_new(held(), StdClock, CAP as usize, WhenFull::Refuse).unwrap();
         flooded(&|i| limiter.try_acquire(&address(i), 1).is_ok());
         limiter
     });
@@ -186,7 +187,7 @@ fn existing_key(c: &mut Criterion) {
     group.warm_up_time(Duration::from_secs(1));
     group.measurement_time(Duration::from_secs(2));
 
-    let limiter = KeyedLimiter::new(generous(), StdClock, 10_000, WhenFull::Refuse).unwrap();
+    let limiter = KeyedLimiter::try_new(generous(), StdClock, 10_000, WhenFull::Refuse).unwrap();
     let governor = governor_keyed();
     for key in 0..1_000u64 {
         limiter.try_acquire(&key, 1).unwrap();

@@ -13,22 +13,26 @@ use hashbrown::HashTable;
 // and a host without native 64-bit atomics gets portable-atomic's lock for them.
 use portable_atomic::AtomicU64;
 
+use super::solved::{converted, Solved};
 use super::{
-    protection_units, ticks_to_one_token, touch_word, units_to_evictable, KeyedConfigError,
-    KeyedDenied, WhenFull, DEFAULT_PROTECTION,
+    ticks_to_one_token, touch_word, units_to_evictable, KeyedConfigError, KeyedDenied,
+    SetTierError, Tier, WhenFull,
 };
 use crate::clock::{duration_to_ticks_floor, ticks_to_duration_ceil, Clock};
-use crate::engine::cell::WordCell;
-use crate::engine::layout::Params;
 use crate::engine::sync::Ordering;
 use crate::engine::word::{DefaultWord, Word};
-use crate::Quota;
+use crate::{Denied, Quota};
+
+mod builder;
+
+use crate::engine::cell::WordCell;
+pub use builder::KeyedLimiterBuilder;
 
 /// A concurrent per-key limiter for servers: one bucket per client, address or API key, all on
 /// one quota and one clock, in at most `capacity` entries.
 ///
 /// Keys are spread over shards by hash, each a `RwLock` around two hash tables of
-/// `(key, word)`: the *protected* keys and the others. Checking a key that is already there
+/// `(key, word, tier)`: the *protected* keys and the others. Checking a key that is already there
 /// takes its shard's lock *for reading* and updates the bucket's word by compare-exchange: no
 /// global lock, no write lock, and threads on the same key or shard do not wait for each other.
 /// Only adding a key, protecting it, and eviction take a shard's write lock.
@@ -53,12 +57,29 @@ use crate::Quota;
 /// timer that keeps memory low between floods; on the 32-bit word it also keeps every key
 /// readable, as [`touch_all`](Self::touch_all) does.
 ///
+/// # Tiers
+///
+/// The [`builder`](Self::builder)'s [`tiers`](KeyedLimiterBuilder::tiers) gives the limiter up
+/// to 256 quotas, solved once, and a function that picks a new key's [`Tier`] (free and paid
+/// plans, a stricter quota for an abusive client); each entry keeps its tier in one byte.
+/// [`set_tier`](Self::set_tier) moves one held key to another tier at run time, by
+/// [`AdjustableBucket::set_quota`](crate::AdjustableBucket::set_quota)'s rule (tokens kept as
+/// they are, capped by the new burst: a change never mints), touching no other key.
+///
+/// # Memory
+///
+/// A key costs one entry, `size_of::<K>()` plus the word plus the tier byte, rounded up to the
+/// alignment (24 bytes for a `u64` key on the 64-bit word, 16 on the 32-bit word; 32 and 24
+/// for an `IpAddr`), and a control byte, in tables kept between half and seven eighths
+/// full: at most about 2.3 times that per key at the capacity, which
+/// [`heap_bytes`](Self::heap_bytes) reports as it is.
+///
 /// ```
 /// use core::time::Duration;
 /// use tollgate::{KeyedDenied, KeyedLimiter, ManualClock, Quota, Rate, WhenFull};
 ///
 /// let clock = ManualClock::new();
-/// let per_client = KeyedLimiter::new(Quota::new(Rate::per_second(2)), &clock, 10_000, WhenFull::Refuse)?;
+/// let per_client = KeyedLimiter::try_new(Quota::new(Rate::per_second(2)), &clock, 10_000, WhenFull::Refuse)?;
 ///
 /// assert!(per_client.try_acquire(&"alice", 2).is_ok());
 /// assert_eq!(per_client.try_acquire(&"alice", 1).unwrap_err().retry_after(), Some(Duration::from_millis(500)));
@@ -73,14 +94,19 @@ use crate::Quota;
 pub struct KeyedLimiter<K, C, W: Word = DefaultWord> {
     shards: Box<[Shard<K, W>]>,
     hasher: RandomState,
-    params: Params,
-    quota: Quota,
+    /// Every tier, solved once; an entry holds its index.
+    tiers: Box<[Solved]>,
+    /// The first tier again: what an index past the tiers (which never happens) reads, so that
+    /// the hot path has no bounds-check panic; and the overflow bucket's.
+    first: Solved,
+    /// Picks a new key's tier.
+    tier_of: Box<dyn Fn(&K) -> Tier + Send + Sync>,
+    /// The largest burst of any tier: a request above it is refused before a key is added.
+    max_burst: u64,
     clock: C,
     capacity: usize,
     max_protected: usize,
     when_full: WhenFull,
-    /// How long a protected bucket stays once full, in the word's units.
-    protection_units: u64,
     /// Keys held across shards: reserved before a key is added, given back when one is evicted.
     held: AtomicUsize,
     /// Protected keys held across shards.
@@ -104,8 +130,16 @@ struct Shard<K, W: Word> {
 }
 
 struct Entries<K, W: Word> {
-    protected: HashTable<(K, W::Atomic)>,
-    fresh: HashTable<(K, W::Atomic)>,
+    protected: HashTable<Entry<K, W>>,
+    fresh: HashTable<Entry<K, W>>,
+}
+
+/// One key's bucket: its word and its tier, which changes only under the shard's write lock,
+/// so that no call updates a word laid out by another tier.
+struct Entry<K, W: Word> {
+    key: K,
+    word: W::Atomic,
+    tier: u8,
 }
 
 /// How far ahead "not before anything is due" lies: a quarter of the clock's range, so that
@@ -113,61 +147,76 @@ struct Entries<K, W: Word> {
 const NEVER_TICKS: u64 = 1 << 62;
 
 impl<K: Hash + Eq + Clone, C: Clock> KeyedLimiter<K, C> {
-    /// An empty limiter on the [`DefaultWord`] holding at most `capacity` keys, protecting
-    /// returning keys for a minute.
+    /// An empty limiter on the [`DefaultWord`] holding at most `capacity` keys, on one quota,
+    /// protecting returning keys for a minute; shards: a power of two, about four per CPU. The
+    /// [`builder`](Self::builder) sets the rest.
     ///
-    /// Shards: a power of two, about four per CPU, at most `capacity`. The cap does not depend
-    /// on them.
-    pub fn new(
-        quota: Quota,
-        clock: C,
-        capacity: usize,
-        when_full: WhenFull,
-    ) -> Result<Self, KeyedConfigError> {
-        Self::new_with_word(quota, clock, capacity, when_full)
+    /// # Panics
+    ///
+    /// When the quota cannot be used on this clock or `capacity` is zero (see
+    /// [`KeyedConfigError`]); [`try_new`](Self::try_new) returns the error instead.
+    pub fn new(quota: Quota, clock: C, capacity: usize, when_full: WhenFull) -> Self {
+        match Self::try_new(quota, clock, capacity, when_full) {
+            Ok(limiter) => limiter,
+            Err(error) => panic!("{error}"),
+        }
     }
 
-    /// Like [`new`](Self::new), with about `shards` shards (rounded down to a power of two, at
-    /// least one, at most `capacity`).
-    pub fn with_shards(
+    /// Like [`new`](Self::new), or why the quota or capacity cannot be used.
+    pub fn try_new(
         quota: Quota,
         clock: C,
         capacity: usize,
         when_full: WhenFull,
-        shards: usize,
     ) -> Result<Self, KeyedConfigError> {
-        Self::build(quota, clock, capacity, when_full, shards)
+        Self::builder(quota, clock)
+            .capacity(capacity)
+            .when_full(when_full)
+            .build()
+    }
+
+    /// A builder for a limiter whose keys follow `quota` (`Tier(0)`) on `clock`: capacity,
+    /// shards, word, protection window and tiers.
+    ///
+    /// ```
+    /// use core::time::Duration;
+    /// use tollgate::{KeyedLimiter, ManualClock, Quota, Rate, Tier, WhenFull};
+    ///
+    /// let clock = ManualClock::new();
+    /// let free = Quota::new(Rate::per_second(1)).burst(5);
+    /// let paid = Quota::new(Rate::per_second(100)).burst(200);
+    /// let limiter = KeyedLimiter::builder(free, &clock)
+    ///     .capacity(100_000)
+    ///     .shards(16)
+    ///     .word::<u32>()
+    ///     .protection(Duration::from_secs(30))
+    ///     .when_full(WhenFull::Refuse)
+    ///     .tiers([paid], |key: &&str| if key.starts_with("paid-") { Tier(1) } else { Tier(0) })
+    ///     .build()?;
+    /// assert_eq!(limiter.tier_quota(Tier(1)), Some(&paid));
+    /// # Ok::<(), tollgate::KeyedConfigError>(())
+    /// ```
+    pub fn builder(quota: Quota, clock: C) -> KeyedLimiterBuilder<K, C> {
+        KeyedLimiterBuilder::new(quota, clock)
     }
 }
 
 impl<K: Hash + Eq + Clone, C: Clock, W: Word> KeyedLimiter<K, C, W> {
-    /// Like [`new`](KeyedLimiter::new), on the word `W`: `u32` halves the memory of a key's
-    /// state, for a shorter idle horizon (see [`Word`] and [`touch_all`](Self::touch_all)).
-    pub fn new_with_word(
-        quota: Quota,
-        clock: C,
-        capacity: usize,
-        when_full: WhenFull,
-    ) -> Result<Self, KeyedConfigError> {
-        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-        Self::build(quota, clock, capacity, when_full, cpus.saturating_mul(4))
-    }
-
     /// Keeps a protected key's bucket for `protection` once it is full (a window longer than
     /// the word can read is shortened to what it can). `Duration::ZERO` turns protection off:
     /// any full bucket may be evicted at once.
     pub fn with_protection(mut self, protection: Duration) -> Self {
         let ticks = duration_to_ticks_floor::<C>(protection);
-        self.protection_units = if ticks == 0 {
-            0
-        } else {
-            protection_units(&self.params, ticks)
-        };
+        for tier in self.tiers.iter_mut() {
+            *tier = tier.protecting(ticks);
+        }
+        self.first = self.first.protecting(ticks);
         self
     }
 
     fn build(
-        quota: Quota,
+        tiers: Box<[Solved]>,
+        tier_of: Box<dyn Fn(&K) -> Tier + Send + Sync>,
         clock: C,
         capacity: usize,
         when_full: WhenFull,
@@ -176,7 +225,15 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word> KeyedLimiter<K, C, W> {
         if capacity == 0 {
             return Err(KeyedConfigError::ZeroCapacity);
         }
-        let params = Params::solve(&quota, C::TICKS_PER_SECOND, W::BITS)?;
+        let first = *tiers.first().ok_or(KeyedConfigError::TierCount)?;
+        if tiers.len() > super::MAX_TIERS {
+            return Err(KeyedConfigError::TierCount);
+        }
+        let max_burst = tiers
+            .iter()
+            .map(|tier| tier.params.burst)
+            .max()
+            .unwrap_or(0);
         // The largest power of two at most both `shards` and `capacity`.
         let count = 1usize << shards.clamp(1, capacity).ilog2();
         let now = clock.now();
@@ -190,47 +247,50 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word> KeyedLimiter<K, C, W> {
             })
             .collect::<Vec<_>>()
             .into_boxed_slice();
-        let limiter = Self {
+        Ok(Self {
             shards,
             hasher: RandomState::new(),
-            params,
-            quota,
+            tiers,
+            first,
+            tier_of,
+            max_burst,
             clock,
             capacity,
             max_protected: capacity - capacity / 4,
             when_full,
-            protection_units: 0,
             held: AtomicUsize::new(0),
             protected_held: AtomicUsize::new(0),
             next_room_ticks: AtomicU64::new(now),
             sweeping: AtomicBool::new(false),
-            overflow: W::cell(params.unused),
-        };
-        Ok(limiter.with_protection(DEFAULT_PROTECTION))
+            overflow: W::cell(first.params.unused),
+        })
     }
 
     /// Takes `n` tokens from `key`'s bucket now, or says why not.
     ///
-    /// Never waits. `n = 0` always succeeds and adds no key; `n` above the burst is
-    /// [`Denied::ExceedsCapacity`](crate::Denied::ExceedsCapacity) at once. A denial takes
-    /// nothing.
+    /// Never waits. `n = 0` always succeeds and adds no key; `n` above the burst of every tier
+    /// is [`Denied::ExceedsCapacity`] at once, and above the key's own tier's burst before
+    /// a key is added. A denial takes nothing.
     #[inline]
     pub fn try_acquire(&self, key: &K, n: u32) -> Result<(), KeyedDenied> {
         if n == 0 {
             return Ok(());
         }
-        let p = &self.params;
-        let cost = p.cost(n)?;
+        if u64::from(n) > self.max_burst {
+            return Err(KeyedDenied::Denied(Denied::ExceedsCapacity {
+                burst: self.max_burst,
+            }));
+        }
         let hash = self.hasher.hash_one(key);
         let shard = self.shard(hash);
         let now = self.clock.now();
         {
             let entries = read(shard);
-            if let Some((_, word)) = entries.protected.find(hash, |(k, _)| k == key) {
-                return self.take(word, now, cost);
+            if let Some(entry) = entries.protected.find(hash, |e| e.key == *key) {
+                return self.take(entry, now, n);
             }
-            if let Some((_, word)) = entries.fresh.find(hash, |(k, _)| k == key) {
-                let result = self.take(word, now, cost);
+            if let Some(entry) = entries.fresh.find(hash, |e| e.key == *key) {
+                let result = self.take(entry, now, n);
                 if result.is_ok()
                     && self.protected_held.load(Ordering::Relaxed) < self.max_protected
                 {
@@ -240,16 +300,72 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word> KeyedLimiter<K, C, W> {
                 return result;
             }
         }
-        self.insert_and_acquire(shard, hash, key, now, cost)
+        self.insert_and_acquire(shard, hash, key, now, n)
     }
 
-    /// Whole tokens in `key`'s bucket now: the start fill for a key not in the limiter.
+    /// Moves `key`, if the limiter holds it, to `tier`, converting its bucket by
+    /// [`AdjustableBucket::set_quota`](crate::AdjustableBucket::set_quota)'s rule: the tokens
+    /// it holds are kept as they are, capped by the new tier's burst, and a debt ends when it
+    /// did. So a change never mints, however often it comes. No other key is touched; calls
+    /// on the key's shard wait for the shard's write lock meanwhile.
+    ///
+    /// `Ok(true)`: the key's bucket now follows `tier`. `Ok(false)`: the key has no bucket, and
+    /// the tier function picks the tier of the next one. The tier function picks again whenever
+    /// a key's bucket is made anew (after eviction, which only happens to a full bucket), so
+    /// change what it answers first (it may read a map the server keeps), then call this for
+    /// the bucket held now.
+    pub fn set_tier(&self, key: &K, tier: Tier) -> Result<bool, SetTierError> {
+        let Some(to) = self.tiers.get(usize::from(tier.0)) else {
+            return Err(SetTierError::UnknownTier {
+                tier,
+                tiers: self.tiers.len(),
+            });
+        };
+        let hash = self.hasher.hash_one(key);
+        let mut entries = write(self.shard(hash));
+        let Entries { protected, fresh } = &mut *entries;
+        let entry = match protected.find_mut(hash, |e| e.key == *key) {
+            Some(entry) => entry,
+            None => match fresh.find_mut(hash, |e| e.key == *key) {
+                Some(entry) => entry,
+                None => return Ok(false),
+            },
+        };
+        // Under the write lock no call is between reading the tier and updating the word.
+        let from = &self.solved(entry.tier).params;
+        let word = converted(from, &to.params, W::load(&entry.word), self.clock.now());
+        entry.word = W::cell(word);
+        entry.tier = tier.0;
+        Ok(true)
+    }
+
+    /// The tier of `key`'s bucket, if the limiter holds it.
+    pub fn tier(&self, key: &K) -> Option<Tier> {
+        self.entry_of(key, |entry| Tier(entry.tier))
+    }
+
+    /// The quota of `tier`, if the limiter has it.
+    pub fn tier_quota(&self, tier: Tier) -> Option<&Quota> {
+        self.tiers.get(usize::from(tier.0)).map(|tier| &tier.quota)
+    }
+
+    /// Whole tokens in `key`'s bucket now: the start fill of the tier the tier function picks
+    /// for a key not in the limiter.
     pub fn available(&self, key: &K) -> u64 {
-        let p = &self.params;
-        match self.word_of(key) {
-            Some(word) if word != p.unused => p.tokens(word, p.units_at(self.clock.now())),
-            _ => self.quota.start_fill(),
-        }
+        let now = self.clock.now();
+        let held = self.entry_of(key, |entry| {
+            let tier = self.solved(entry.tier);
+            let p = &tier.params;
+            match W::load(&entry.word) {
+                word if word == p.unused => tier.quota.start_fill(),
+                word => p.tokens(word, p.units_at(now)),
+            }
+        });
+        held.unwrap_or_else(|| {
+            self.tiers
+                .get(usize::from((self.tier_of)(key).0))
+                .map_or(0, |tier| tier.quota.start_fill())
+        })
     }
 
     /// How long until a new key would find room: zero while the limiter is under its capacity
@@ -272,7 +388,7 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word> KeyedLimiter<K, C, W> {
         };
         if self.when_full == WhenFull::Admit {
             ticks = ticks.min(ticks_to_one_token(
-                &self.params,
+                &self.first.params,
                 W::load(&self.overflow),
                 now,
             ));
@@ -308,22 +424,26 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word> KeyedLimiter<K, C, W> {
     /// of them at least once per idle horizon, and no quiet key reads as in debt, and no slot is
     /// stuck unevictable.
     pub fn touch_all(&self) {
-        let p = &self.params;
-        let now_units = p.units_at(self.clock.now());
+        let now = self.clock.now();
         for shard in self.shards.iter() {
             let entries = read(shard);
-            for (_, word) in entries.protected.iter().chain(entries.fresh.iter()) {
-                touch_word::<W>(word, p, now_units, self.protection_units);
+            for entry in entries.protected.iter().chain(entries.fresh.iter()) {
+                self.touch(&entry.word, self.solved(entry.tier), now);
             }
         }
-        touch_word::<W>(&self.overflow, p, now_units, self.protection_units);
+        self.touch(&self.overflow, &self.first, now);
     }
 
-    /// How long a held bucket may go untouched and still read correctly; see
-    /// [`TokenBucket::idle_horizon`](crate::TokenBucket::idle_horizon) and
+    /// How long a held bucket may go untouched and still read correctly (the shortest of the
+    /// tiers'); see [`TokenBucket::idle_horizon`](crate::TokenBucket::idle_horizon) and
     /// [`touch_all`](Self::touch_all).
     pub fn idle_horizon(&self) -> Duration {
-        ticks_to_duration_ceil::<C>(self.params.horizon_ticks)
+        let ticks = self
+            .tiers
+            .iter()
+            .map(|tier| tier.params.horizon_ticks)
+            .min();
+        ticks_to_duration_ceil::<C>(ticks.unwrap_or(0))
     }
 
     /// Keys held now.
@@ -370,9 +490,9 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word> KeyedLimiter<K, C, W> {
         self.capacity
     }
 
-    /// The quota every key's bucket follows.
+    /// The quota of the first tier: every key's, in a limiter of one quota.
     pub fn quota(&self) -> &Quota {
-        &self.quota
+        &self.first.quota
     }
 
     /// The clock the limiter reads.
@@ -380,36 +500,49 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word> KeyedLimiter<K, C, W> {
         &self.clock
     }
 
-    /// Ticks until `key`'s bucket is full: 0 for a key not held, which reads as full.
+    /// The quota of `key`'s bucket and how long until it is full: the first tier's quota and
+    /// zero for a key not held, which reads as full.
     #[cfg(feature = "tower")]
-    pub(crate) fn ticks_to_full(&self, key: &K) -> u64 {
-        match self.word_of(key) {
-            Some(word) => self.params.ticks_to_full(word, self.clock.now()),
-            None => 0,
-        }
+    pub(crate) fn refusal_of(&self, key: &K) -> (Quota, Duration) {
+        let now = self.clock.now();
+        let held = self.entry_of(key, |entry| {
+            let tier = self.solved(entry.tier);
+            let ticks = tier.params.ticks_to_full(W::load(&entry.word), now);
+            (tier.quota, ticks_to_duration_ceil::<C>(ticks))
+        });
+        held.unwrap_or((self.first.quota, Duration::ZERO))
     }
 
-    /// The parameters every key's bucket shares.
-    #[cfg(feature = "tower")]
-    pub(crate) fn params(&self) -> &Params {
-        &self.params
-    }
-
-    fn word_of(&self, key: &K) -> Option<u64> {
+    /// Runs `f` on `key`'s entry under its shard's read lock, if the limiter holds it.
+    fn entry_of<T>(&self, key: &K, f: impl FnOnce(&Entry<K, W>) -> T) -> Option<T> {
         let hash = self.hasher.hash_one(key);
         let entries = read(self.shard(hash));
         let found = entries
             .protected
-            .find(hash, |(k, _)| k == key)
-            .or_else(|| entries.fresh.find(hash, |(k, _)| k == key));
-        found.map(|(_, word)| W::load(word))
+            .find(hash, |e| e.key == *key)
+            .or_else(|| entries.fresh.find(hash, |e| e.key == *key));
+        found.map(f)
+    }
+
+    /// A tier by index; the first for an index past them, which an entry never holds.
+    #[inline]
+    fn solved(&self, index: u8) -> &Solved {
+        self.tiers.get(usize::from(index)).unwrap_or(&self.first)
     }
 
     #[inline]
-    fn take(&self, word: &W::Atomic, now: u64, cost: u64) -> Result<(), KeyedDenied> {
-        WordCell::<W>::new(word, &self.params)
+    fn take(&self, entry: &Entry<K, W>, now: u64, n: u32) -> Result<(), KeyedDenied> {
+        let p = &self.solved(entry.tier).params;
+        let cost = p.cost(n)?;
+        WordCell::<W>::new(&entry.word, p)
             .try_take::<C>(now, cost)
             .map_err(KeyedDenied::from)
+    }
+
+    /// Re-anchors a bucket of `tier` full for longer than its protection window.
+    fn touch(&self, word: &W::Atomic, tier: &Solved, now: u64) {
+        let p = &tier.params;
+        touch_word::<W>(word, p, p.units_at(now), tier.protection_units);
     }
 
     #[inline]
@@ -424,7 +557,7 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word> KeyedLimiter<K, C, W> {
     #[cold]
     fn promote(&self, shard: &Shard<K, W>, hash: u64, key: &K) {
         let mut entries = write(shard);
-        let Ok(entry) = entries.fresh.find_entry(hash, |(k, _)| k == key) else {
+        let Ok(entry) = entries.fresh.find_entry(hash, |e| e.key == *key) else {
             return; // evicted meanwhile
         };
         if !reserve(&self.protected_held, self.max_protected) {
@@ -435,7 +568,7 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word> KeyedLimiter<K, C, W> {
         before_insert(&mut entries.protected, hasher);
         entries
             .protected
-            .insert_unique(hash, entry, |(k, _)| hasher.hash_one(k));
+            .insert_unique(hash, entry, |e| hasher.hash_one(&e.key));
     }
 
     #[cold]
@@ -445,9 +578,14 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word> KeyedLimiter<K, C, W> {
         hash: u64,
         key: &K,
         now: u64,
-        cost: u64,
+        n: u32,
     ) -> Result<(), KeyedDenied> {
-        let p = &self.params;
+        let tier = (self.tier_of)(key);
+        let Some(solved) = self.tiers.get(usize::from(tier.0)) else {
+            return Err(KeyedDenied::UnknownTier(tier));
+        };
+        let p = &solved.params;
+        let cost = p.cost(n)?;
         for round in [false, true] {
             if round && !self.make_room(now) {
                 break;
@@ -455,40 +593,46 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word> KeyedLimiter<K, C, W> {
             let mut entries = write(shard);
             let found = entries
                 .protected
-                .find(hash, |(k, _)| k == key)
-                .or_else(|| entries.fresh.find(hash, |(k, _)| k == key));
-            if let Some((_, word)) = found {
+                .find(hash, |e| e.key == *key)
+                .or_else(|| entries.fresh.find(hash, |e| e.key == *key));
+            if let Some(entry) = found {
                 // Added by another thread since the read lock was dropped.
-                return self.take(word, now, cost);
+                return self.take(entry, now, n);
             }
             if !reserve(&self.held, self.capacity) {
                 continue;
             }
             let hasher = &self.hasher;
             before_insert(&mut entries.fresh, hasher);
-            let entry =
-                entries
-                    .fresh
-                    .insert_unique(hash, (key.clone(), W::cell(p.unused)), |(k, _)| {
-                        hasher.hash_one(k)
-                    });
-            let word = &entry.get().1;
-            let result = self.take(word, now, cost);
+            let entry = Entry {
+                key: key.clone(),
+                word: W::cell(p.unused),
+                tier: tier.0,
+            };
+            let entry = entries
+                .fresh
+                .insert_unique(hash, entry, |e| hasher.hash_one(&e.key));
+            let word = &entry.get().word;
+            let result = WordCell::<W>::new(word, p)
+                .try_take::<C>(now, cost)
+                .map_err(KeyedDenied::from);
             // The new bucket may be evictable before the shard's next sweep was due.
             let evictable = now.wrapping_add(p.ticks_to_full(W::load(word), now));
             lower(&shard.due_ticks, now, evictable);
             lower(&self.next_room_ticks, now, evictable);
             return result;
         }
+        let full = KeyedDenied::Full {
+            capacity: self.capacity,
+        };
         match self.when_full {
-            WhenFull::Refuse => Err(KeyedDenied::Full {
-                capacity: self.capacity,
-            }),
-            WhenFull::Admit => WordCell::<W>::new(&self.overflow, p)
-                .try_take::<C>(now, cost)
-                .map_err(|_| KeyedDenied::Full {
-                    capacity: self.capacity,
-                }),
+            WhenFull::Refuse => Err(full),
+            WhenFull::Admit => {
+                let p = &self.first.params;
+                p.cost(n)
+                    .and_then(|cost| WordCell::<W>::new(&self.overflow, p).try_take::<C>(now, cost))
+                    .map_err(|_| full)
+            }
         }
     }
 
@@ -520,24 +664,24 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word> KeyedLimiter<K, C, W> {
     /// it will be evictable, and shrinks its tables if eviction left them mostly empty. Returns how
     /// many were evicted.
     fn sweep_shard(&self, shard: &Shard<K, W>, now: u64) -> usize {
-        let p = &self.params;
-        let now_units = p.units_at(now);
         let mut entries = write(shard);
         let mut to_evictable_ticks = Vec::new();
-        let mut keep = |word: &W::Atomic, guard: u64| {
-            let units = units_to_evictable(p, W::load(word), now_units, guard);
+        let mut keep = |entry: &mut Entry<K, W>, protected: bool| {
+            let tier = self.solved(entry.tier);
+            let p = &tier.params;
+            let now_units = p.units_at(now);
+            let word = W::load(&entry.word);
+            let units = units_to_evictable(p, word, now_units, tier.guard(protected));
             if units == 0 {
                 return false;
             }
-            touch_word::<W>(word, p, now_units, self.protection_units);
+            touch_word::<W>(&entry.word, p, now_units, tier.protection_units);
             to_evictable_ticks.push(p.ticks_until(now, units));
             true
         };
         let before = (entries.protected.len(), entries.fresh.len());
-        entries.fresh.retain(|(_, word)| keep(word, 0));
-        entries
-            .protected
-            .retain(|(_, word)| keep(word, self.protection_units));
+        entries.fresh.retain(|entry| keep(entry, false));
+        entries.protected.retain(|entry| keep(entry, true));
         let unprotected = before.0 - entries.protected.len();
         let evicted = unprotected + before.1 - entries.fresh.len();
         self.protected_held
@@ -601,7 +745,7 @@ fn full_capacity<T>(table: &HashTable<T>) -> usize {
 /// table at a steady number of keys under a flood would otherwise double again and again. When
 /// they are a thirty-second of the entries or more, the table is rebuilt at its bucket count
 /// without them: at most once per that many insertions, so at most 32 moves per insertion.
-fn before_insert<K: Hash, A>(table: &mut HashTable<(K, A)>, hasher: &RandomState) {
+fn before_insert<K: Hash, W: Word>(table: &mut HashTable<Entry<K, W>>, hasher: &RandomState) {
     let len = table.len();
     if table.capacity() > len {
         return;
@@ -613,7 +757,7 @@ fn before_insert<K: Hash, A>(table: &mut HashTable<(K, A)>, hasher: &RandomState
 }
 
 /// Gives memory back once a table is mostly empty: rebuilt at the size its entries need.
-fn shrink<K: Hash, A>(table: &mut HashTable<(K, A)>, hasher: &RandomState) {
+fn shrink<K: Hash, W: Word>(table: &mut HashTable<Entry<K, W>>, hasher: &RandomState) {
     let len = table.len();
     if len.saturating_mul(4) < full_capacity(table) {
         rebuild(table, len, hasher);
@@ -621,11 +765,15 @@ fn shrink<K: Hash, A>(table: &mut HashTable<(K, A)>, hasher: &RandomState) {
 }
 
 /// Moves every entry into a new table sized for `capacity`, without deleted marks.
-fn rebuild<K: Hash, A>(table: &mut HashTable<(K, A)>, capacity: usize, hasher: &RandomState) {
+fn rebuild<K: Hash, W: Word>(
+    table: &mut HashTable<Entry<K, W>>,
+    capacity: usize,
+    hasher: &RandomState,
+) {
     let mut rebuilt = HashTable::with_capacity(capacity);
-    for (key, word) in table.drain() {
-        let hash = hasher.hash_one(&key);
-        rebuilt.insert_unique(hash, (key, word), |(k, _)| hasher.hash_one(k));
+    for entry in table.drain() {
+        let hash = hasher.hash_one(&entry.key);
+        rebuilt.insert_unique(hash, entry, |e| hasher.hash_one(&e.key));
     }
     *table = rebuilt;
 }
@@ -665,11 +813,62 @@ fn write<K, W: Word>(shard: &Shard<K, W>) -> RwLockWriteGuard<'_, Entries<K, W>>
 impl<K, C, W: Word> core::fmt::Debug for KeyedLimiter<K, C, W> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("KeyedLimiter")
-            .field("quota", &self.quota)
+            .field("quota", &self.first.quota)
+            .field("tiers", &self.tiers.len())
             .field("capacity", &self.capacity)
             .field("shards", &self.shards.len())
             .field("len", &self.held.load(Ordering::Relaxed))
             .field("when_full", &self.when_full)
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{ManualClock, Rate};
+
+    /// The bytes an entry costs, as the type's docs state them.
+    #[test]
+    fn an_entry_is_the_key_the_word_and_the_tier_byte_aligned() {
+        use core::mem::size_of;
+        use core::net::IpAddr;
+        assert_eq!(size_of::<Entry<u64, u64>>(), 24);
+        assert_eq!(size_of::<Entry<u64, u32>>(), 16);
+        assert_eq!(size_of::<Entry<Option<IpAddr>, u64>>(), 32);
+        assert_eq!(size_of::<Entry<Option<IpAddr>, u32>>(), 24);
+    }
+
+    /// The cap is one count across shards: a hot shard takes every slot while the others are
+    /// empty, and then a key on an empty shard is refused all the same.
+    #[test]
+    fn one_hot_shard_takes_the_whole_capacity_and_no_more() {
+        let clock = ManualClock::new();
+        let quota = Quota::new(Rate::per_second(1)).burst(1);
+        let limiter = KeyedLimiter::<u64, _>::builder(quota, &clock)
+            .capacity(16)
+            .shards(8)
+            .build()
+            .unwrap();
+        assert_eq!(limiter.shards.len(), 8);
+        let shard_of = |key: &u64| {
+            let hash = limiter.hasher.hash_one(key);
+            core::ptr::from_ref(limiter.shard(hash)) == core::ptr::from_ref(&limiter.shards[0])
+        };
+        let hot: Vec<u64> = (0..).filter(|key| shard_of(key)).take(17).collect();
+        let cold = (0..).find(|key| !shard_of(key)).unwrap();
+        // An even share would be two keys a shard; the hot shard takes all sixteen.
+        for key in &hot[..16] {
+            assert_eq!(limiter.try_acquire(key, 1), Ok(()), "hot key {key}");
+        }
+        assert_eq!(limiter.len(), 16);
+        let full = Err(KeyedDenied::Full { capacity: 16 });
+        assert_eq!(limiter.try_acquire(&hot[16], 1), full);
+        assert_eq!(limiter.try_acquire(&cold, 1), full, "the cap is global");
+        // Once the hot shard's buckets are full again, the round of sweeps the next newcomer
+        // starts frees them for a key on any shard.
+        clock.advance(Duration::from_secs(1));
+        assert_eq!(limiter.try_acquire(&cold, 1), Ok(()));
+        assert_eq!(limiter.len(), 1);
     }
 }

@@ -32,14 +32,18 @@ use crate::{ConfigError, Denied};
 #[cfg(feature = "std")]
 mod map;
 mod prefix;
+#[cfg(any(feature = "std", all(feature = "heapless", not(loom))))]
+mod solved;
 #[cfg(all(feature = "heapless", not(loom)))]
 mod table;
+mod tier;
 
 #[cfg(feature = "std")]
-pub use map::KeyedLimiter;
+pub use map::{KeyedLimiter, KeyedLimiterBuilder};
 pub use prefix::IpPrefix;
 #[cfg(all(feature = "heapless", not(loom)))]
 pub use table::KeyedTable;
+pub use tier::{SetTierError, Tier, MAX_TIERS};
 
 /// How long a protected key keeps its slot once its bucket is full, unless the table is told
 /// otherwise: a minute.
@@ -68,6 +72,8 @@ pub enum KeyedConfigError {
     Quota(ConfigError),
     /// The limiter was asked to hold no keys.
     ZeroCapacity,
+    /// The limiter was given no tiers, or more than 256 (a slot keeps its tier in a byte).
+    TierCount,
 }
 
 impl From<ConfigError> for KeyedConfigError {
@@ -76,11 +82,22 @@ impl From<ConfigError> for KeyedConfigError {
     }
 }
 
+impl KeyedConfigError {
+    /// A one-line description, usable in `const` panics.
+    pub(crate) const fn message(&self) -> &'static str {
+        match self {
+            KeyedConfigError::Quota(error) => error.message(),
+            KeyedConfigError::ZeroCapacity => "keyed limiter capacity is zero",
+            KeyedConfigError::TierCount => "a keyed limiter needs between 1 and 256 tiers",
+        }
+    }
+}
+
 impl fmt::Display for KeyedConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             KeyedConfigError::Quota(error) => write!(f, "invalid quota: {error}"),
-            KeyedConfigError::ZeroCapacity => f.write_str("keyed limiter capacity is zero"),
+            other => f.write_str(other.message()),
         }
     }
 }
@@ -89,7 +106,7 @@ impl core::error::Error for KeyedConfigError {
     fn source(&self) -> Option<&(dyn core::error::Error + 'static)> {
         match self {
             KeyedConfigError::Quota(error) => Some(error),
-            KeyedConfigError::ZeroCapacity => None,
+            KeyedConfigError::ZeroCapacity | KeyedConfigError::TierCount => None,
         }
     }
 }
@@ -108,6 +125,10 @@ pub enum KeyedDenied {
         /// The most keys the table holds.
         capacity: usize,
     },
+    /// The limiter's tier function picked, for a new key, a tier the limiter does not have.
+    /// Nothing was taken and the key was not added: a bug in the tier function, which a server
+    /// answers with a `500`.
+    UnknownTier(Tier),
 }
 
 impl KeyedDenied {
@@ -116,7 +137,7 @@ impl KeyedDenied {
     pub const fn retry_after(&self) -> Option<Duration> {
         match self {
             KeyedDenied::Denied(denied) => denied.retry_after(),
-            KeyedDenied::Full { .. } => None,
+            KeyedDenied::Full { .. } | KeyedDenied::UnknownTier(_) => None,
         }
     }
 }
@@ -134,6 +155,11 @@ impl fmt::Display for KeyedDenied {
             KeyedDenied::Full { capacity } => write!(
                 f,
                 "keyed table full: {capacity} keys tracked and none may be evicted yet"
+            ),
+            KeyedDenied::UnknownTier(tier) => write!(
+                f,
+                "the tier function picked tier {}, which the limiter does not have",
+                tier.0
             ),
         }
     }
@@ -208,11 +234,12 @@ pub(crate) fn ticks_to_one_token(p: &Params, word: u64, now_ticks: u64) -> u64 {
     }
 }
 
-/// Puts a word back to the never-used mark. Only for a word that no other context is updating.
+/// Puts `word` in `cell`: the never-used mark, or a bucket converted to another tier. Only for
+/// a cell that no other context is updating.
 #[cfg(all(feature = "heapless", not(loom)))]
-pub(crate) fn reset<W: crate::engine::word::Word>(cell: &W::Atomic, unused: u64) {
+pub(crate) fn overwrite<W: crate::engine::word::Word>(cell: &W::Atomic, word: u64) {
     let mut current = W::load(cell);
-    while let Err(actual) = W::compare_exchange(cell, current, unused) {
+    while let Err(actual) = W::compare_exchange(cell, current, word) {
         current = actual;
     }
 }

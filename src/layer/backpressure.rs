@@ -15,7 +15,7 @@ use tower_service::Service;
 use super::{BoxError, RateLimited, ResponseFuture};
 use crate::wait::queue::Waiter;
 use crate::wait::tokio::wait_async;
-use crate::{Clock, DefaultWord, Denied, KeyedDenied, Reservation, TokenBucket, Word};
+use crate::{Clock, DefaultWord, Denied, Reservation, TokenBucket, Word};
 
 /// Wraps services in [`Backpressure`]: each waits in `poll_ready` for its turn on one shared
 /// bucket, for at most `max_wait`.
@@ -200,7 +200,7 @@ where
             }
             Poll::Ready(Err(denied)) => {
                 self.state = State::Idle;
-                Poll::Ready(Err(self.refusal(denied).into()))
+                Poll::Ready(Err(RateLimited::by_bucket(&self.bucket, denied).into()))
             }
         }
     }
@@ -216,16 +216,6 @@ where
                 ResponseFuture::failed(NotReady)
             }
         }
-    }
-}
-
-impl<S, C: Clock, W: Word> Backpressure<S, C, W> {
-    fn refusal(&self, denied: Denied) -> RateLimited {
-        let cell = self.bucket.cell();
-        let to_full = cell
-            .params
-            .ticks_to_full(W::load(cell.word), self.bucket.clock().now());
-        RateLimited::new::<C>(KeyedDenied::Denied(denied), cell.params, to_full)
     }
 }
 

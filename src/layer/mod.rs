@@ -1,9 +1,16 @@
 //! tower middleware: a limit shared by every clone of a service, in two modes.
 //!
-//! - **Rejection** ([`RejectLayer`]): a request over the limit is not passed on; the service
-//!   answers at once with a [`RateLimited`] error, which an HTTP server maps to
-//!   `429 Too Many Requests` with the headers from [`RateLimited::headers`]. One shared bucket,
-//!   or one bucket per key with a key extractor ([`RejectLayer::per_key`]).
+//! - **Answer** ([`AnswerLayer`]), for services on `http::Request` / `http::Response` (axum,
+//!   hyper, tonic): a request over the limit is not passed on; the layer answers it itself,
+//!   `429 Too Many Requests` with `Retry-After`, `RateLimit` and `RateLimit-Policy`, or `503`
+//!   when a keyed limiter has no room for a new client. No error handling to write. One shared
+//!   bucket, or one bucket per key with a key extractor ([`AnswerLayer::per_key`], and the
+//!   ready-made ones in [`extract`]).
+//! - **Rejection** ([`RejectLayer`]), for any other service: a request over the limit is not
+//!   passed on; the service fails at once with a [`RateLimited`] error, which carries the
+//!   status, headers and body of the answer ([`RateLimited::response`]).
+//! - **Dry run** ([`DryRun`]): either of them decides and counts as it would, and lets
+//!   everything through (nginx's `limit_req_dry_run`, Envoy's shadow mode).
 //! - **Backpressure** ([`BackpressureLayer`]): `poll_ready` waits until the shared bucket grants
 //!   the next request — a place in the bucket's line, whose head takes its token when it is due
 //!   — so a client paces itself to the limit instead of failing. A service dropped while
@@ -21,64 +28,70 @@ use core::pin::Pin;
 use core::task::{Context, Poll};
 use core::time::Duration;
 use std::boxed::Box;
-use std::format;
-use std::string::String;
 
 use pin_project_lite::pin_project;
 
-use crate::clock::{ticks_to_duration_ceil, Clock};
-use crate::engine::layout::Params;
-use crate::KeyedDenied;
+use crate::headers::ForPeople;
+use crate::{Clock, Denied, KeyedDenied, Quota, TokenBucket, Word};
 
 mod backpressure;
+mod dry_run;
+pub mod extract;
+mod http;
 mod reject;
 
+pub use self::http::{Answer, AnswerLayer};
 pub use backpressure::{Backpressure, BackpressureLayer, NotReady};
-pub use reject::{Limit, PerKey, Reject, RejectLayer};
+pub use dry_run::DryRun;
+pub use reject::{KeyOf, Limit, PerKey, Reject, RejectLayer};
+// Where they were before the headers module wrote them.
+pub use crate::headers::{RateLimitHeaders, RATE_LIMIT, RATE_LIMIT_POLICY, RETRY_AFTER};
 
 /// The error type of the services here, as tower middleware commonly has it.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// A request the limit did not let through: what an HTTP server needs for its answer.
 ///
-/// Find it in a service's [`BoxError`] with `error.downcast_ref::<RateLimited>()`.
+/// [`AnswerLayer`] turns it into the answer itself; behind [`RejectLayer`], find it in the
+/// service's [`BoxError`] with `error.downcast_ref::<RateLimited>()`, and
+/// [`response`](Self::response) makes the same answer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RateLimited {
     denial: KeyedDenied,
-    burst: u64,
-    window: Duration,
-    reset: Duration,
+    /// The quota of the bucket that refused (for a new key without room, the first tier's).
+    quota: Quota,
+    /// How long until that bucket is full again.
+    until_full: Duration,
     /// For [`KeyedDenied::Full`]: how long until a new key would find room.
     room: Option<Duration>,
 }
 
 impl RateLimited {
-    /// The rejection for `denial` by a bucket on `params`, whose word is `to_full_ticks` ticks
-    /// from full.
-    pub(crate) fn new<C: Clock + ?Sized>(
-        denial: KeyedDenied,
-        params: &Params,
-        to_full_ticks: u64,
-    ) -> Self {
+    /// The refusal by a bucket on `quota`, full again in `until_full`.
+    pub(crate) fn refused(denial: KeyedDenied, quota: Quota, until_full: Duration) -> Self {
         Self {
             denial,
-            burst: params.burst,
-            window: ticks_to_duration_ceil::<C>(params.ticks_until(0, params.burst_units)),
-            reset: ticks_to_duration_ceil::<C>(to_full_ticks),
+            quota,
+            until_full,
             room: None,
         }
     }
 
-    /// The rejection of a new key by a keyed limiter at its capacity, which will have room for
+    /// The refusal by a single bucket: the one place that reads what a refusal says from it.
+    pub(crate) fn by_bucket<C: Clock, W: Word>(bucket: &TokenBucket<C, W>, denied: Denied) -> Self {
+        Self::refused(
+            KeyedDenied::Denied(denied),
+            *bucket.quota(),
+            bucket.until_full(),
+        )
+    }
+
+    /// The refusal of a new key by a keyed limiter at its capacity, which will have room for
     /// it in `room`.
-    pub(crate) fn full<C: Clock + ?Sized>(
-        denial: KeyedDenied,
-        params: &Params,
-        room: Duration,
-    ) -> Self {
+    pub(crate) fn full(denial: KeyedDenied, quota: Quota, room: Duration) -> Self {
         Self {
             room: Some(room),
-            ..Self::new::<C>(denial, params, 0)
+            ..Self::refused(denial, quota, Duration::ZERO)
         }
     }
 
@@ -99,10 +112,12 @@ impl RateLimited {
 
     /// The HTTP status to answer with: `429 Too Many Requests` when the client is over its
     /// limit, `503 Service Unavailable` when a keyed limiter refused a new client because it
-    /// holds its capacity of clients (the server's limit, not the client's).
+    /// holds its capacity of clients (the server's limit, not the client's), and `500` when the
+    /// limiter's tier function picked a tier it does not have (the server's bug).
     pub fn status(&self) -> u16 {
         match self.denial {
             KeyedDenied::Full { .. } => 503,
+            KeyedDenied::UnknownTier(_) => 500,
             _ => 429,
         }
     }
@@ -123,6 +138,7 @@ impl RateLimited {
     /// clock.advance(Duration::from_millis(100));
     /// let refused: RateLimited = Limit::<()>::check(&bucket, &()).unwrap_err();
     /// assert_eq!(refused.retry_after(), Some(Duration::from_millis(400)));
+    /// assert_eq!(refused.to_string(), "rate limited: retry after 400 ms");
     /// let headers = refused.headers();
     /// assert_eq!(headers.retry_after.as_deref(), Some("1"));
     /// assert_eq!(headers.rate_limit, "\"default\";r=0;t=3"); // full again in 2.4 s
@@ -130,79 +146,52 @@ impl RateLimited {
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
     pub fn headers(&self) -> RateLimitHeaders {
-        // A refused newcomer holds nothing until it is admitted: its `t` is the wait for room,
-        // at least a second, for room that a flood may take again at once.
-        let (retry_after, remaining, reset) = match (self.denial, self.room) {
-            (KeyedDenied::Full { .. }, Some(room)) => {
-                let wait = ceil_secs(room).max(1);
-                (Some(wait), 0, wait)
+        match (self.denial, self.room) {
+            (KeyedDenied::Full { .. }, Some(room)) => RateLimitHeaders::no_room(&self.quota, room),
+            (denial, _) => {
+                RateLimitHeaders::refusal(&self.quota, self.until_full, denial.retry_after())
             }
-            (denial, _) => (
-                denial.retry_after().map(ceil_secs),
-                0,
-                ceil_secs(self.reset),
-            ),
-        };
-        let retry_after = retry_after.map(|wait| format!("{wait}"));
-        RateLimitHeaders {
-            retry_after,
-            rate_limit: format!("\"default\";r={remaining};t={reset}"),
-            rate_limit_policy: format!("\"default\";q={};w={}", self.burst, ceil_secs(self.window)),
         }
     }
-}
 
-/// Whole seconds, rounded up: a client that waits this long is not early.
-fn ceil_secs(duration: Duration) -> u64 {
-    duration.as_secs() + u64::from(duration.subsec_nanos() > 0)
+    /// The whole answer: [`status`](Self::status), [`headers`](Self::headers), and this
+    /// refusal's message as a plain-text body (`rate limited: retry after 1.2 s`).
+    pub fn response<B: From<std::string::String>>(&self) -> ::http::Response<B> {
+        let mut response = ::http::Response::new(B::from(std::format!("{self}\n")));
+        *response.status_mut() = ::http::StatusCode::from_u16(self.status())
+            .unwrap_or(::http::StatusCode::TOO_MANY_REQUESTS);
+        let headers = response.headers_mut();
+        headers.insert(
+            ::http::header::CONTENT_TYPE,
+            ::http::HeaderValue::from_static("text/plain; charset=utf-8"),
+        );
+        for (name, value) in self.headers().pairs() {
+            // The values are digits and ASCII punctuation: always valid.
+            if let Ok(value) = ::http::HeaderValue::from_str(value) {
+                headers.insert(name, value);
+            }
+        }
+        response
+    }
 }
 
 impl fmt::Display for RateLimited {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(&self.denial, f)
+        match (self.denial, self.retry_after()) {
+            (KeyedDenied::Full { .. }, Some(room)) => write!(
+                f,
+                "too many clients: retry after {}",
+                ForPeople(room.max(Duration::from_secs(1)))
+            ),
+            (KeyedDenied::Denied(_), Some(wait)) => {
+                write!(f, "rate limited: retry after {}", ForPeople(wait))
+            }
+            (denial, _) => fmt::Display::fmt(&denial, f),
+        }
     }
 }
 
 impl std::error::Error for RateLimited {}
-
-/// Header values for a refused request. Names are [`RETRY_AFTER`], [`RATE_LIMIT`] and
-/// [`RATE_LIMIT_POLICY`]; [`pairs`](Self::pairs) gives them together.
-///
-/// The policy is the bucket's: `q` is the burst and `w` the seconds an empty bucket takes to
-/// fill (a token bucket's window). `r` is the tokens left (0 when refused) and `t` the seconds
-/// until the bucket is full again, both for the client refused; for a new client refused
-/// because a keyed limiter is at its capacity (503), `t` and `Retry-After` are the seconds until
-/// it would find room, at least one. All seconds are rounded up.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RateLimitHeaders {
-    /// `Retry-After` in whole seconds, rounded up; `None` when no wait would help.
-    pub retry_after: Option<String>,
-    /// `RateLimit`: `"default";r=<remaining>;t=<seconds until full>`.
-    pub rate_limit: String,
-    /// `RateLimit-Policy`: `"default";q=<burst>;w=<seconds to fill>`.
-    pub rate_limit_policy: String,
-}
-
-/// The `Retry-After` header's name.
-pub const RETRY_AFTER: &str = "retry-after";
-/// The `RateLimit` header's name.
-pub const RATE_LIMIT: &str = "ratelimit";
-/// The `RateLimit-Policy` header's name.
-pub const RATE_LIMIT_POLICY: &str = "ratelimit-policy";
-
-impl RateLimitHeaders {
-    /// `(name, value)` for each header present, names in lower case.
-    pub fn pairs(&self) -> impl Iterator<Item = (&'static str, &str)> {
-        let retry = self
-            .retry_after
-            .as_deref()
-            .map(|value| (RETRY_AFTER, value));
-        retry.into_iter().chain([
-            (RATE_LIMIT, self.rate_limit.as_str()),
-            (RATE_LIMIT_POLICY, self.rate_limit_policy.as_str()),
-        ])
-    }
-}
 
 pin_project! {
     /// The response future of [`Reject`] and [`Backpressure`]: the inner service's, or an

@@ -18,24 +18,39 @@ pub trait Limit<Req> {
 
 impl<Req, C: Clock, W: Word> Limit<Req> for TokenBucket<C, W> {
     fn check(&self, _request: &Req) -> Result<(), RateLimited> {
-        self.try_acquire(1).map_err(|denied| {
-            let cell = self.cell();
-            let now = self.clock().now();
-            let to_full = cell.params.ticks_to_full(W::load(cell.word), now);
-            RateLimited::new::<C>(KeyedDenied::Denied(denied), cell.params, to_full)
-        })
+        self.try_acquire(1)
+            .map_err(|denied| RateLimited::by_bucket(self, denied))
     }
 }
 
-/// One bucket per key: a [`KeyedLimiter`] and a function that reads a request's key.
+/// Reads a request's key: any `Fn(&Req) -> K`, or one of the extractors in
+/// [`extract`](super::extract).
+pub trait KeyOf<Req> {
+    /// The key: a client address, an API key.
+    type Key;
+
+    /// `request`'s key.
+    fn key_of(&self, request: &Req) -> Self::Key;
+}
+
+impl<Req, K, F: Fn(&Req) -> K> KeyOf<Req> for F {
+    type Key = K;
+
+    fn key_of(&self, request: &Req) -> K {
+        self(request)
+    }
+}
+
+/// One bucket per key: a [`KeyedLimiter`] and what reads a request's key.
 pub struct PerKey<K, C, W: Word, F> {
     limiter: Arc<KeyedLimiter<K, C, W>>,
     key: F,
 }
 
 impl<K, C, W: Word, F> PerKey<K, C, W, F> {
-    /// `limiter`, keyed by `key`: the limit of [`RejectLayer::per_key`], to wrap (in a
-    /// [`Counted`](crate::observe::Counted), say) before [`RejectLayer::new`].
+    /// `limiter`'s bucket for the key `key` reads from each request: the limit of
+    /// [`RejectLayer::per_key`], to wrap (in a [`Counted`](crate::observe::Counted), say) before
+    /// [`RejectLayer::new`].
     pub fn new(limiter: Arc<KeyedLimiter<K, C, W>>, key: F) -> Self {
         Self { limiter, key }
     }
@@ -46,21 +61,20 @@ where
     K: Hash + Eq + Clone,
     C: Clock,
     W: Word,
-    F: Fn(&Req) -> K,
+    F: KeyOf<Req, Key = K>,
 {
     fn check(&self, request: &Req) -> Result<(), RateLimited> {
-        let key = (self.key)(request);
-        self.limiter
-            .try_acquire(&key, 1)
-            .map_err(|denial| match denial {
-                KeyedDenied::Full { .. } => {
-                    RateLimited::full::<C>(denial, self.limiter.params(), self.limiter.until_room())
-                }
-                _ => {
-                    let to_full = self.limiter.ticks_to_full(&key);
-                    RateLimited::new::<C>(denial, self.limiter.params(), to_full)
-                }
-            })
+        let key = self.key.key_of(request);
+        let limiter = &self.limiter;
+        limiter.try_acquire(&key, 1).map_err(|denial| match denial {
+            KeyedDenied::Full { .. } => {
+                RateLimited::full(denial, *limiter.quota(), limiter.until_room())
+            }
+            _ => {
+                let (quota, until_full) = limiter.refusal_of(&key);
+                RateLimited::refused(denial, quota, until_full)
+            }
+        })
     }
 }
 

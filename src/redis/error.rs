@@ -1,7 +1,7 @@
 //! What a Redis bucket answers when it cannot grant, and why one could not be built.
 
 use super::Source;
-use crate::error::Readable;
+use crate::headers::ForPeople;
 use crate::{ConfigError, Denied};
 use core::fmt;
 use core::time::Duration;
@@ -99,7 +99,7 @@ impl fmt::Display for Fault {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Fault::Timeout { after } => {
-                write!(f, "no answer from Redis within {}", Readable(*after))
+                write!(f, "no answer from Redis within {}", ForPeople(*after))
             }
             Fault::Redis(error) => write!(f, "Redis: {error}"),
             Fault::Rejected(error) => write!(f, "Redis rejected the call: {error}"),
@@ -157,7 +157,7 @@ impl fmt::Display for SetupError {
             SetupError::Fallback(error) => write!(f, "invalid fallback quota: {error}"),
             SetupError::Unreachable(_) => f.write_str("cannot reach Redis"),
             SetupError::Timeout { after } => {
-                write!(f, "no answer from Redis within {}", Readable(*after))
+                write!(f, "no answer from Redis within {}", ForPeople(*after))
             }
             SetupError::Refused(_) => f.write_str("Redis refused the connection's first call"),
             SetupError::NoRuntime => {

@@ -306,10 +306,13 @@ impl Params {
     }
 }
 
-/// The transition for a change of quota (only `AdjustableBucket` changes quotas, and it needs
-/// 64-bit atomics).
-// Only `AdjustableBucket` calls it, and it needs native 64-bit atomics: compiled everywhere.
-#[cfg_attr(not(target_has_atomic = "64"), allow(dead_code))]
+/// The transition for a change of quota: `AdjustableBucket`'s (which needs 64-bit atomics) and
+/// a keyed limiter's change of one key's tier.
+// Compiled everywhere; unused only where neither of its callers is.
+#[cfg_attr(
+    not(any(target_has_atomic = "64", feature = "std", feature = "heapless")),
+    allow(dead_code)
+)]
 impl Params {
     /// The word under `to` holding, at `now_ticks`, what `word` holds under `self`. Tokens are
     /// kept as-is (fractions rounded toward fewer), less the part of a step that `to`'s reading

@@ -1,0 +1,71 @@
+//! A keyed limiter's tiers, solved once, and the conversion of a key's bucket between them.
+
+use super::protection_units;
+use crate::engine::layout::Params;
+use crate::{ConfigError, Quota};
+
+/// One tier's quota, solved once for the limiter's clock and word.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Solved {
+    pub params: Params,
+    pub quota: Quota,
+    /// How long a protected bucket stays once full, in this tier's units.
+    pub protection_units: u64,
+}
+
+impl Solved {
+    /// `quota` on a clock of `hz` ticks a second and a word of `bits`, protecting returning
+    /// keys for `protection_ticks`.
+    pub const fn new(
+        quota: Quota,
+        hz: u64,
+        bits: u32,
+        protection_ticks: u64,
+    ) -> Result<Self, ConfigError> {
+        let params = match Params::solve(&quota, hz, bits) {
+            Ok(params) => params,
+            Err(error) => return Err(error),
+        };
+        Ok(Self {
+            params,
+            quota,
+            protection_units: Self::units_of(&params, protection_ticks),
+        })
+    }
+
+    /// The same tier protecting returning keys for `protection_ticks` instead.
+    pub const fn protecting(mut self, protection_ticks: u64) -> Self {
+        self.protection_units = Self::units_of(&self.params, protection_ticks);
+        self
+    }
+
+    const fn units_of(params: &Params, protection_ticks: u64) -> u64 {
+        if protection_ticks == 0 {
+            0
+        } else {
+            protection_units(params, protection_ticks)
+        }
+    }
+
+    /// How long a bucket of this tier must stay full before it may be evicted, in its units.
+    pub fn guard(&self, protected: bool) -> u64 {
+        if protected {
+            self.protection_units
+        } else {
+            0
+        }
+    }
+}
+
+/// The word that holds, under tier `to`, what `word` holds under tier `from` at `now_ticks`,
+/// by [`AdjustableBucket::set_quota`](crate::AdjustableBucket::set_quota)'s rule: tokens kept
+/// as they are, capped by the new burst; debt kept in time. Never mints: a never-used word
+/// becomes the bucket it stands for (the old tier's start fill), converted like any other.
+pub(crate) fn converted(from: &Params, to: &Params, word: u64, now_ticks: u64) -> u64 {
+    let word = if word == from.unused {
+        from.fresh(from.units_at(now_ticks))
+    } else {
+        word
+    };
+    from.converted(to, word, now_ticks)
+}
