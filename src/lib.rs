@@ -81,65 +81,64 @@
 #[cfg(any(feature = "std", test, loom))]
 extern crate std;
 
-/// Items that need native 64-bit atomics (`AdjustableBucket`, `ManualClock`): the one spelling
-/// of that condition. Loom's atomics are always 64-bit, so the models see these items too.
-macro_rules! with_atomic64 {
-    ($($item:item)*) => {
-        $( #[cfg(any(loom, target_has_atomic = "64"))] $item )*
+// Each condition the crate builds on is spelled once, here, as `cfg_<name>!(op; items)`, which
+// puts `#[cfg(op(condition))]` on each item (`any` for the condition, `not` for its complement);
+// the `with_*!` macros name the uses.
+
+/// Native 64-bit atomics, or loom (whose atomics are always 64-bit, so the models see these
+/// items too): `AdjustableBucket`, `ManualClock`, the `u64` default word.
+macro_rules! cfg_atomic64 {
+    ($op:ident; $($item:item)*) => {
+        $( #[cfg($op(any(loom, target_has_atomic = "64")))] $item )*
     };
 }
-/// Items for targets without native 64-bit atomics: the complement of [`with_atomic64`].
-macro_rules! without_atomic64 {
-    ($($item:item)*) => {
-        $( #[cfg(not(any(loom, target_has_atomic = "64")))] $item )*
-    };
-}
-/// Items for 64-bit cells: where the target has native 64-bit atomics, under loom, and where the
-/// `word64` feature asks for them through portable-atomic's fallback (the `u64` word).
-macro_rules! with_word64 {
-    ($($item:item)*) => {
-        $( #[cfg(any(loom, target_has_atomic = "64", feature = "word64"))] $item )*
-    };
-}
-/// Items for a lock-free 128-bit atomic, which holds `AdjustableBucket`'s 64-bit word beside its
-/// generation: aarch64 always, x86_64 with cmpxchg16b at compile time or, with `std`, detected at
-/// run time. The one spelling of that condition; loom has no 128-bit atomics.
-macro_rules! with_atomic128 {
-    ($($item:item)*) => {
+/// A lock-free 128-bit atomic, which holds `AdjustableBucket`'s 64-bit word beside its
+/// generation: aarch64 always, x86_64 with cmpxchg16b at compile time or, with `std`, detected
+/// at run time. Loom has no 128-bit atomics.
+macro_rules! cfg_atomic128 {
+    ($op:ident; $($item:item)*) => {
         $(
-            #[cfg(all(
+            #[cfg($op(all(
                 not(loom),
                 target_has_atomic = "64",
                 any(
                     target_arch = "aarch64",
                     all(target_arch = "x86_64", any(target_feature = "cmpxchg16b", feature = "std"))
                 )
-            ))]
+            )))]
             $item
         )*
     };
 }
-/// Items for targets with 64-bit atomics but no lock-free 128-bit ones (and loom): the
-/// complement of [`with_atomic128`] within [`with_atomic64`].
-macro_rules! with_atomic64_only {
+
+/// Items that need native 64-bit atomics (see `cfg_atomic64`).
+macro_rules! with_atomic64 {
+    ($($item:item)*) => { $crate::cfg_atomic64!(any; $($item)*); };
+}
+/// Items for targets without native 64-bit atomics.
+macro_rules! without_atomic64 {
+    ($($item:item)*) => { $crate::cfg_atomic64!(not; $($item)*); };
+}
+/// Items for 64-bit cells: native 64-bit atomics, or the `word64` feature asking for them
+/// through portable-atomic's fallback (the `u64` word).
+macro_rules! with_word64 {
     ($($item:item)*) => {
-        $(
-            #[cfg(all(
-                any(loom, target_has_atomic = "64"),
-                not(all(
-                    not(loom),
-                    target_has_atomic = "64",
-                    any(
-                        target_arch = "aarch64",
-                        all(target_arch = "x86_64", any(target_feature = "cmpxchg16b", feature = "std"))
-                    )
-                ))
-            ))]
-            $item
-        )*
+        $crate::cfg_atomic64!(any; $($item)*);
+        $crate::cfg_atomic64!(not; $( #[cfg(feature = "word64")] $item )*);
     };
 }
-pub(crate) use {with_atomic128, with_atomic64, with_atomic64_only, with_word64, without_atomic64};
+/// Items for the lock-free 128-bit atomic (see `cfg_atomic128`).
+macro_rules! with_atomic128 {
+    ($($item:item)*) => { $crate::cfg_atomic128!(any; $($item)*); };
+}
+/// Items for targets with 64-bit atomics but no lock-free 128-bit ones (and loom).
+macro_rules! with_atomic64_only {
+    ($($item:item)*) => { $crate::with_atomic64! { $crate::cfg_atomic128!(not; $($item)*); } };
+}
+pub(crate) use {
+    cfg_atomic128, cfg_atomic64, with_atomic128, with_atomic64, with_atomic64_only, with_word64,
+    without_atomic64,
+};
 
 mod bucket;
 mod clock;
