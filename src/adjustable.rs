@@ -4,7 +4,7 @@ use core::num::NonZeroU64;
 use core::time::Duration;
 
 use crate::clock::{duration_to_ticks_ceil, Clock};
-use crate::engine::layout::Params;
+use crate::engine::layout::Layout;
 use crate::engine::sync::{fence, spin_loop, AtomicBool, AtomicU64, Ordering};
 use crate::engine::word::{AdjustableWord, DefaultAdjustableWord};
 use crate::{ConfigError, Denied, Pause, Quota, TickRate};
@@ -121,7 +121,7 @@ impl Slot {
 
     /// The layout of `generation`, or `None` if the slot holds another or is being written.
     #[inline]
-    fn read(&self, generation: u32) -> Option<Params> {
+    fn read(&self, generation: u32) -> Option<Layout> {
         let expected = VALID | u64::from(generation);
         // Acquire: the fields written before this version was published are visible.
         if self.version.load(Ordering::Acquire) != expected {
@@ -139,7 +139,7 @@ impl Slot {
     }
 
     /// Publishes `params` as `generation`'s. Only one writer at a time.
-    fn write(&self, generation: u32, params: &Params) {
+    fn write(&self, generation: u32, params: &Layout) {
         self.version.store(0, Ordering::Relaxed);
         // Release: a reader that sees any field below also sees the version cleared above.
         fence(Ordering::Release);
@@ -152,7 +152,7 @@ impl Slot {
     }
 }
 
-fn pack(p: &Params) -> [u64; FIELDS] {
+fn pack(p: &Layout) -> [u64; FIELDS] {
     [
         u64::from(p.shift),
         p.quanta_mask,
@@ -173,8 +173,8 @@ fn pack(p: &Params) -> [u64; FIELDS] {
     ]
 }
 
-fn unpack(f: &[u64; FIELDS]) -> Option<Params> {
-    Some(Params {
+fn unpack(f: &[u64; FIELDS]) -> Option<Layout> {
+    Some(Layout {
         shift: u32::try_from(f[0]).ok()?,
         quanta_mask: f[1],
         units_per_quantum: NonZeroU64::new(f[2])?,
@@ -227,7 +227,7 @@ impl<C: Clock, W: AdjustableWord> AdjustableBucket<C, W> {
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
     pub fn try_new_with_word(quota: Quota, clock: C) -> Result<Self, ConfigError> {
-        let params = Params::solve(&quota, C::TICKS_PER_SECOND, W::BITS)?;
+        let params = Layout::solve(&quota, C::TICKS_PER_SECOND, W::BITS)?;
         let slots = [Slot::empty(), Slot::empty()];
         slots[0].write(0, &params);
         let word = params.fresh(params.units_at(clock.now()));
@@ -277,7 +277,7 @@ impl<C: Clock, W: AdjustableWord> AdjustableBucket<C, W> {
     /// burst's refill on the 32-bit word); the start fill of `quota` is not used. A quota this clock cannot hold on the word `W`, or another change in progress,
     /// changes nothing.
     pub fn set_quota(&self, quota: Quota) -> Result<(), SetQuotaError> {
-        let to = Params::solve(&quota, C::TICKS_PER_SECOND, W::BITS)?;
+        let to = Layout::solve(&quota, C::TICKS_PER_SECOND, W::BITS)?;
         // Acquire: sees the slot and state the previous change published.
         if self
             .changing
@@ -372,7 +372,7 @@ impl<C: Clock, W: AdjustableWord> AdjustableBucket<C, W> {
 
     /// The generation, the word and the generation's layout.
     #[inline]
-    pub(crate) fn current(&self) -> ((u32, u64), Params) {
+    pub(crate) fn current(&self) -> ((u32, u64), Layout) {
         loop {
             // Acquire (in `load_tagged`): pairs with the Release of the change that wrote this
             // generation.
@@ -390,7 +390,7 @@ impl<C: Clock, W: AdjustableWord> AdjustableBucket<C, W> {
     #[inline]
     pub(crate) fn update<T, E>(
         &self,
-        mut transition: impl FnMut(&Params, u64, u64) -> Result<(u64, T), E>,
+        mut transition: impl FnMut(&Layout, u64, u64) -> Result<(u64, T), E>,
         now_ticks: u64,
     ) -> Result<T, E> {
         let ((mut generation, mut word), mut params) = self.current();

@@ -5,7 +5,7 @@ use core::time::Duration;
 
 use crate::clock::{duration_to_ticks_floor, ticks_to_duration_ceil, Clock};
 use crate::engine::cell::WordCell;
-use crate::engine::layout::Params;
+use crate::engine::layout::Layout;
 use crate::engine::word::{DefaultWord, Word};
 use crate::{ConfigError, Denied, Quota};
 
@@ -65,7 +65,7 @@ pub use pause::Pause;
 /// [`try_new_with_word`](Self::try_new_with_word).
 pub struct TokenBucket<C, W: Word = DefaultWord> {
     word: W::Atomic,
-    params: Params,
+    params: Layout,
     quota: Quota,
     clock: C,
 }
@@ -98,7 +98,7 @@ pub struct TickRate {
 }
 
 impl TickRate {
-    pub(crate) fn of(params: &Params) -> Self {
+    pub(crate) fn of(params: &Layout) -> Self {
         let (tokens, ticks) = params.tick_rate();
         TickRate { tokens, ticks }
     }
@@ -151,7 +151,7 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
     /// Like [`new`](TokenBucket::new), on the word `W`.
     #[cfg(not(loom))]
     pub const fn new_with_word(quota: Quota, clock: C) -> Self {
-        let params = match Params::solve(&quota, C::TICKS_PER_SECOND, W::BITS) {
+        let params = match Layout::solve(&quota, C::TICKS_PER_SECOND, W::BITS) {
             Ok(params) => params,
             Err(error) => panic!("{}", error.message()),
         };
@@ -166,7 +166,7 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
     /// Like [`new`](TokenBucket::new), on the word `W` (non-`const` under loom).
     #[cfg(loom)]
     pub fn new_with_word(quota: Quota, clock: C) -> Self {
-        let params = match Params::solve(&quota, C::TICKS_PER_SECOND, W::BITS) {
+        let params = match Layout::solve(&quota, C::TICKS_PER_SECOND, W::BITS) {
             Ok(params) => params,
             Err(error) => panic!("{}", error.message()),
         };
@@ -189,7 +189,7 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
     pub fn try_new_with_word(quota: Quota, clock: C) -> Result<Self, ConfigError> {
-        let params = Params::solve(&quota, C::TICKS_PER_SECOND, W::BITS)?;
+        let params = Layout::solve(&quota, C::TICKS_PER_SECOND, W::BITS)?;
         let word = params.fresh(params.units_at(clock.now()));
         Ok(Self {
             word: W::cell(word),
@@ -276,7 +276,7 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
     ///
     /// Pass only reservations made by this bucket.
     pub fn cancel(&self, reservation: Reservation) {
-        self.give_back_by(reservation, true, Params::give_back);
+        self.give_back_by(reservation, true, Layout::give_back);
     }
 
     /// Gives a reservation's tokens back by `rule(params, word, now_units, due, cost)`, if the
@@ -287,7 +287,7 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
         &self,
         reservation: Reservation,
         pending_only: bool,
-        rule: impl Fn(&Params, u64, u64, u64, u64) -> Option<u64>,
+        rule: impl Fn(&Layout, u64, u64, u64, u64) -> Option<u64>,
     ) {
         if reservation.tokens == 0 {
             return;
@@ -476,7 +476,7 @@ mod tests {
     #[test]
     fn units_to_full_holds_a_clock_stepped_back_half_the_word() {
         let p =
-            Params::solve(&Quota::new(Rate::per_second(1)).burst(3), 1_000_000_000, 64).unwrap();
+            Layout::solve(&Quota::new(Rate::per_second(1)).burst(3), 1_000_000_000, 64).unwrap();
         let word = 1_000u64;
         let now_units = word.wrapping_add(p.negative_from); // reads as 2^63 units ahead
         assert_eq!(p.elapsed(now_units, word), i64::MIN);
@@ -489,7 +489,7 @@ mod tests {
     fn never_used_mark_is_never_stored() {
         // A transition landing exactly on the mark stores the next unit instead.
         let p =
-            Params::solve(&Quota::new(Rate::per_second(1)).burst(1), 1_000_000_000, 64).unwrap();
+            Layout::solve(&Quota::new(Rate::per_second(1)).burst(1), 1_000_000_000, 64).unwrap();
         let mark = p.unused;
         let full = mark.wrapping_sub(p.burst_units);
         let (word, _) = p.take(full, mark, p.units_per_token.get(), 0).unwrap();

@@ -7,7 +7,7 @@ use super::{Reservation, TokenBucket};
 use crate::clock::{
     duration_to_ticks_ceil, duration_to_ticks_floor, ticks_to_duration_ceil, Clock,
 };
-use crate::engine::layout::Params;
+use crate::engine::layout::Layout;
 use crate::{Denied, Word};
 
 /// What [`TokenBucket::pause_for`] and [`TokenBucket::pause_until`] did.
@@ -107,10 +107,10 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
 
     /// Undoes a reservation the caller has not acted on, whether or not it is due: gives back
     /// its tokens, less what the burst cap would have cut from them since (see
-    /// `Params::refund`). For several buckets acting as one, where a part due early is not used
+    /// `Layout::refund`). For several buckets acting as one, where a part due early is not used
     /// until the whole is due.
     pub(crate) fn refund(&self, reservation: Reservation) {
-        self.give_back_by(reservation, false, Params::refund);
+        self.give_back_by(reservation, false, Layout::refund);
     }
 
     /// How long until `reserve(n, max_wait)` would succeed, without taking anything: zero when

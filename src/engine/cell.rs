@@ -3,7 +3,7 @@
 //! on contention exists once.
 
 use crate::clock::Clock;
-use crate::engine::layout::Params;
+use crate::engine::layout::Layout;
 use crate::engine::word::Word;
 use crate::Denied;
 
@@ -11,7 +11,7 @@ use crate::Denied;
 /// sits in a [`TokenBucket`](crate::TokenBucket) or in a slot of a keyed table that shares one set of parameters.
 pub(crate) struct WordCell<'a, W: Word> {
     pub(crate) word: &'a W::Atomic,
-    pub(crate) params: &'a Params,
+    pub(crate) params: &'a Layout,
 }
 
 impl<'a, W: Word> WordCell<'a, W> {
@@ -30,7 +30,7 @@ impl<'a, W: Word> WordCell<'a, W> {
 
     /// The CAS driver over `word`, laid out by `params`.
     #[inline]
-    pub(crate) fn new(word: &'a W::Atomic, params: &'a Params) -> Self {
+    pub(crate) fn new(word: &'a W::Atomic, params: &'a Layout) -> Self {
         WordCell { word, params }
     }
 

@@ -71,7 +71,7 @@ const FIXED_MAX_ROUNDING: u128 = 1_000;
 
 /// A bucket's configuration in the word's units.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Params {
+pub(crate) struct Layout {
     /// The clock is read to 2^`shift` ticks.
     pub shift: u32,
     /// Quanta are taken modulo `quanta_mask + 1`.
@@ -111,7 +111,7 @@ pub(crate) struct Params {
     pub exact: bool,
 }
 
-impl Params {
+impl Layout {
     /// Solves for the layout of `quota` on a clock of `ticks_per_second` in a word of `bits`
     /// bits (32 or 64).
     pub(crate) const fn solve(
@@ -263,7 +263,7 @@ impl Params {
 }
 
 /// What the layout reports through the buckets' accessors.
-impl Params {
+impl Layout {
     /// How long the word stays readable without a write.
     pub(crate) fn idle_horizon<C: crate::Clock + ?Sized>(&self) -> core::time::Duration {
         let ticks = self.horizon_ticks;
@@ -287,7 +287,7 @@ const fn fixed_point(
     burst: u64,
     start: u64,
     ticks_per_second: u64,
-) -> Result<Params, ConfigError> {
+) -> Result<Layout, ConfigError> {
     let f = FIXED_FRACTION_BITS;
     let ring: u128 = 1 << 32;
     // The burst gets at most W / 512 units, so that the misread share of the ring (the burst
@@ -363,7 +363,7 @@ const fn fixed_point(
         return Err(ConfigError::Unrepresentable);
     };
     let horizon = (room << f) / m;
-    let params = Params {
+    let params = Layout {
         shift: 0,
         quanta_mask: u64::MAX,
         units_per_quantum,
@@ -401,7 +401,7 @@ const fn narrow_quanta(
     burst: u64,
     start: u64,
     ticks_per_second: u64,
-) -> Result<Params, ConfigError> {
+) -> Result<Layout, ConfigError> {
     let hour = 3_600 * ticks_per_second as u128;
     if let Some(p) = first_layout(a, b, burst, start, 32, hour, true) {
         return Ok(p);
@@ -422,7 +422,7 @@ const fn narrow_quanta(
 /// Whether one step of the reading fits in the burst. With the ceiling a step's fraction of a
 /// token beyond the burst is kept, so then the cap never eats the rate; a step larger than the
 /// burst would lose the excess at every step.
-const fn steps_fit(p: &Params) -> bool {
+const fn steps_fit(p: &Layout) -> bool {
     step_fits(
         p.step_units() as u128,
         p.units_per_token.get() as u128,
@@ -444,7 +444,7 @@ const fn first_layout(
     bits: u32,
     target_ticks: u128,
     exact: bool,
-) -> Option<Params> {
+) -> Option<Layout> {
     let mut shift = 0;
     while shift < 64 && a <= (u128::MAX >> shift) {
         let per_quantum = a << shift;
@@ -479,7 +479,7 @@ const fn approximate(
     start: u64,
     bits: u32,
     target_ticks: u128,
-) -> Option<Params> {
+) -> Option<Layout> {
     // The largest units per quantum whose horizon, burst aside, reaches the target.
     let want_log = 128 - (target_ticks - 1).leading_zeros(); // least with 2^want_log >= target
     let max_log = if shift == 0 {
@@ -541,7 +541,7 @@ const fn layout(
     burst: u64,
     start: u64,
     bits: u32,
-) -> Option<Params> {
+) -> Option<Layout> {
     if units_per_token > u64::MAX as u128 || units_per_quantum > u64::MAX as u128 {
         return None;
     }
@@ -598,7 +598,7 @@ const fn layout(
     };
     let step = units_per_quantum.get() as u128;
     let ceiling = burst_units + min(step, units_per_token.get() as u128) - 1;
-    let params = Params {
+    let params = Layout {
         shift,
         quanta_mask,
         units_per_quantum,
@@ -659,8 +659,8 @@ mod tests {
 
     const NS: u64 = 1_000_000_000;
 
-    fn solve(quota: Quota, hz: u64, bits: u32) -> Result<Params, ConfigError> {
-        Params::solve(&quota, hz, bits)
+    fn solve(quota: Quota, hz: u64, bits: u32) -> Result<Layout, ConfigError> {
+        Layout::solve(&quota, hz, bits)
     }
 
     #[test]

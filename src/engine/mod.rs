@@ -4,7 +4,7 @@
 //!
 //! - [`word`]: the width of the atomic word and its never-used mark.
 //! - [`sync`]: the one place that chooses between loom's atomics and real ones.
-//! - [`layout`]: the solver that maps a quota and a clock onto the word (`Params`), and, in
+//! - [`layout`]: the solver that maps a quota and a clock onto the word (`Layout`), and, in
 //!   `layout::transition`, the pure functions `(old word, now) -> new word, or a denial`.
 //! - [`cell`]: the one compare-exchange driver that runs a transition against a word.
 

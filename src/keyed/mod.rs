@@ -26,7 +26,7 @@
 use core::fmt;
 use core::time::Duration;
 
-use crate::engine::layout::Params;
+use crate::engine::layout::Layout;
 use crate::{ConfigError, Denied};
 
 #[cfg(feature = "std")]
@@ -171,7 +171,7 @@ impl core::error::Error for KeyedDenied {}
 /// it has been full for `guard_units` (0 for a bucket that is not protected). 0: evictable now.
 /// A never-used word holds its start fill.
 #[inline]
-pub(crate) fn units_to_evictable(p: &Params, word: u64, now_units: u64, guard_units: u64) -> u64 {
+pub(crate) fn units_to_evictable(p: &Layout, word: u64, now_units: u64, guard_units: u64) -> u64 {
     if word == p.unused {
         return p.units_to_full(word, now_units).saturating_add(guard_units);
     }
@@ -182,7 +182,7 @@ pub(crate) fn units_to_evictable(p: &Params, word: u64, now_units: u64, guard_un
 
 /// The protection window in the word's units, at most half the word's positive side less the
 /// ceiling, so that an age up to it always reads as one.
-pub(crate) const fn protection_units(p: &Params, window_ticks: u64) -> u64 {
+pub(crate) const fn protection_units(p: &Layout, window_ticks: u64) -> u64 {
     let quanta = (window_ticks >> p.shift) as u128;
     let units = (quanta * p.units_per_quantum.get() as u128) >> p.fraction_bits;
     let most = (p.negative_from / 2).saturating_sub(p.ceiling_units) as u128;
@@ -198,7 +198,7 @@ pub(crate) const fn protection_units(p: &Params, window_ticks: u64) -> u64 {
 /// the table still knows it is past any protection window. `None` when there is nothing to do
 /// (never used, not full long enough, or reading ahead of now).
 #[inline]
-pub(crate) fn reanchored(p: &Params, word: u64, now_units: u64, max_age_units: u64) -> Option<u64> {
+pub(crate) fn reanchored(p: &Layout, word: u64, now_units: u64, max_age_units: u64) -> Option<u64> {
     if word == p.unused {
         return None;
     }
@@ -206,7 +206,7 @@ pub(crate) fn reanchored(p: &Params, word: u64, now_units: u64, max_age_units: u
     if p.elapsed(now_units, word) <= keep as i64 {
         return None;
     }
-    // now - keep, modulo the word (`Params::sub`'s rule), never the never-used mark.
+    // now - keep, modulo the word (`Layout::sub`'s rule), never the never-used mark.
     let (back, borrow) = now_units.overflowing_sub(keep);
     let word = if borrow {
         back.wrapping_add(p.modulus)
@@ -221,7 +221,7 @@ pub(crate) fn reanchored(p: &Params, word: u64, now_units: u64, max_age_units: u
 }
 
 /// Ticks from `now_ticks` until the bucket in `word` holds a token: 0 when it does.
-pub(crate) fn ticks_to_one_token(p: &Params, word: u64, now_ticks: u64) -> u64 {
+pub(crate) fn ticks_to_one_token(p: &Layout, word: u64, now_ticks: u64) -> u64 {
     let now_units = p.units_at(now_ticks);
     let word = if word == p.unused {
         p.fresh(now_units)
@@ -248,7 +248,7 @@ pub(crate) fn overwrite<W: crate::engine::word::Word>(cell: &W::Atomic, word: u6
 /// [`reanchored`]); a concurrent update wins and is left as it is.
 pub(crate) fn touch_word<W: crate::engine::word::Word>(
     cell: &W::Atomic,
-    p: &Params,
+    p: &Layout,
     now_units: u64,
     max_age_units: u64,
 ) {

@@ -1,13 +1,13 @@
 //! A keyed limiter's tiers, solved once, and the conversion of a key's bucket between them.
 
 use super::protection_units;
-use crate::engine::layout::Params;
+use crate::engine::layout::Layout;
 use crate::{ConfigError, Quota};
 
 /// One tier's quota, solved once for the limiter's clock and word.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Solved {
-    pub params: Params,
+    pub params: Layout,
     pub quota: Quota,
     /// How long a protected bucket stays once full, in this tier's units.
     pub protection_units: u64,
@@ -22,7 +22,7 @@ impl Solved {
         bits: u32,
         protection_ticks: u64,
     ) -> Result<Self, ConfigError> {
-        let params = match Params::solve(&quota, hz, bits) {
+        let params = match Layout::solve(&quota, hz, bits) {
             Ok(params) => params,
             Err(error) => return Err(error),
         };
@@ -39,7 +39,7 @@ impl Solved {
         self
     }
 
-    const fn units_of(params: &Params, protection_ticks: u64) -> u64 {
+    const fn units_of(params: &Layout, protection_ticks: u64) -> u64 {
         if protection_ticks == 0 {
             0
         } else {
@@ -61,7 +61,7 @@ impl Solved {
 /// by [`AdjustableBucket::set_quota`](crate::AdjustableBucket::set_quota)'s rule: tokens kept
 /// as they are, capped by the new burst; debt kept in time. Never mints: a never-used word
 /// becomes the bucket it stands for (the old tier's start fill), converted like any other.
-pub(crate) fn converted(from: &Params, to: &Params, word: u64, now_ticks: u64) -> u64 {
+pub(crate) fn converted(from: &Layout, to: &Layout, word: u64, now_ticks: u64) -> u64 {
     let word = if word == from.unused {
         from.fresh(from.units_at(now_ticks))
     } else {

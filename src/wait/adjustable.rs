@@ -7,13 +7,13 @@
 use core::time::Duration;
 
 use super::ReserveCancel;
-use crate::engine::layout::Params;
+use crate::engine::layout::Layout;
 use crate::{AdjustableBucket, AdjustableWord, Clock, Denied};
 
 /// What a wait took from an [`AdjustableBucket`], for a give-back if the caller does not act.
 pub(crate) struct AdjustableTake {
     /// The layout it was taken under.
-    params: Params,
+    params: Layout,
     /// The word the take left.
     due_units: u64,
     cost_units: u64,

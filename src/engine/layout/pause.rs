@@ -6,10 +6,10 @@ use core::time::Duration;
 use crate::clock::{ticks_to_duration_ceil, Clock};
 use crate::Pause;
 
-use super::Params;
+use super::Layout;
 
 /// The pause, for every bucket kind: one bound, one transition and one answer.
-impl Params {
+impl Layout {
     /// The longest pause the word can hold, in ticks: the debt bound.
     pub(crate) fn max_pause_ticks(&self) -> u64 {
         let a = self.units_per_quantum.get();
@@ -33,7 +33,7 @@ impl Params {
     ///
     /// A word already held longer is still moved, by one unit (past the debt bound if need be):
     /// reservations made before the pause then no longer stand last, so none of them can be
-    /// given back into the pause (see `Params::give_back`), which would end it early.
+    /// given back into the pause (see `Layout::give_back`), which would end it early.
     pub(crate) fn pause_step(
         &self,
         word: u64,

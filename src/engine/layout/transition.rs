@@ -9,10 +9,10 @@
 //! construction: the burst and the debt bound each fit in a quarter of the word.
 
 use crate::clock::{ticks_to_duration_ceil, Clock};
-use crate::engine::layout::Params;
+use crate::engine::layout::Layout;
 use crate::Denied;
 
-impl Params {
+impl Layout {
     /// The clock reading in units, read to the quantum (or in fixed point).
     #[inline]
     pub(crate) fn units_at(&self, now_ticks: u64) -> u64 {
@@ -200,7 +200,7 @@ impl Params {
     }
 
     /// Units in the bucket at `now_units`, at most the ceiling (the burst and less than a
-    /// step; see `Params::ceiling_units`).
+    /// step; see `Layout::ceiling_units`).
     #[inline]
     fn level(&self, word: u64, now_units: u64) -> i64 {
         self.elapsed(now_units, word).min(self.ceiling_units as i64)
@@ -263,7 +263,7 @@ impl Params {
 }
 
 /// Transitions for feedback from an upstream: pauses, and refunds of tokens never used.
-impl Params {
+impl Layout {
     /// Empties the bucket at `pause_units` after `now_units` (at most the debt bound), so that
     /// nothing is granted before then and it resumes empty. `None` when the word already grants
     /// nothing before then: a pause never shortens a longer one, nor a debt, and never adds
@@ -313,7 +313,7 @@ impl Params {
     not(any(target_has_atomic = "64", feature = "std", feature = "heapless")),
     allow(dead_code)
 )]
-impl Params {
+impl Layout {
     /// The word under `to` holding, at `now_ticks`, what `word` holds under `self`. Tokens are
     /// kept as-is (fractions rounded toward fewer), less the part of a step that `to`'s reading
     /// has not yet counted at `now_ticks` (it will count it at its next step, and `self` may
@@ -322,7 +322,7 @@ impl Params {
     /// pause still ends when it said and reservations still fall due when they said, clamped to
     /// the new debt bound. So a change of quota never mints and never shortens a pause, however
     /// often it comes.
-    pub(crate) fn converted(&self, to: &Params, word: u64, now_ticks: u64) -> u64 {
+    pub(crate) fn converted(&self, to: &Layout, word: u64, now_ticks: u64) -> u64 {
         let now_units = self.units_at(now_ticks);
         let level = self.level(word, now_units);
         let to_now = to.units_at(now_ticks);
