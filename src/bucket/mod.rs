@@ -233,8 +233,8 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
     pub fn reserve(&self, n: u32, max_wait: Duration) -> Result<Reservation, Denied> {
-        let now = self.clock.now();
         if n == 0 {
+            let now = self.clock.now();
             return Ok(Reservation {
                 tokens: 0,
                 due_units: 0,
@@ -246,21 +246,23 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
         let cost = self.params.cost(n)?;
         let max_wait_ticks = duration_to_ticks_floor::<C>(max_wait);
         let p = &self.params;
-        self.update(now, |word, now_units| {
-            let (due_units, wait_ticks) = p
-                .reserve(word, now, now_units, cost, max_wait_ticks)
-                .map_err(|retry| Denied::Insufficient {
-                    retry_after: ticks_to_duration_ceil::<C>(retry),
-                })?;
-            let reservation = Reservation {
-                tokens: n,
-                due_units,
-                due_ticks: now.wrapping_add(wait_ticks),
-                made_ticks: now,
-                wait: ticks_to_duration_ceil::<C>(wait_ticks),
-            };
-            Ok((due_units, reservation))
-        })
+        // The clock is read again on every try: the wait is from the reading that lands.
+        self.cell()
+            .update_fresh(&self.clock, |word, now, now_units| {
+                let (due_units, wait_ticks) = p
+                    .reserve(word, now, now_units, cost, max_wait_ticks)
+                    .map_err(|retry| Denied::Insufficient {
+                        retry_after: ticks_to_duration_ceil::<C>(retry),
+                    })?;
+                let reservation = Reservation {
+                    tokens: n,
+                    due_units,
+                    due_ticks: now.wrapping_add(wait_ticks),
+                    made_ticks: now,
+                    wait: ticks_to_duration_ceil::<C>(wait_ticks),
+                };
+                Ok((due_units, reservation))
+            })
     }
 
     /// Gives a reservation's tokens back, if it is not yet due and nothing has been reserved,

@@ -61,16 +61,48 @@ impl<'a, W: Word> WordCell<'a, W> {
         }
         loop {
             let (new, out) = transition(word, now_units)?;
-            #[cfg(loom)]
-            if crate::engine::sync::models::blind_stores() {
-                // A blind store: whatever the word holds now is overwritten.
-                let mut current = W::load(self.word);
-                while let Err(actual) = W::compare_exchange(self.word, current, new) {
-                    current = actual;
-                }
-                return Ok(out);
+            match self.land(word, new) {
+                Ok(()) => return Ok(out),
+                Err(actual) => word = actual,
             }
-            match W::compare_exchange(self.word, word, new) {
+        }
+    }
+
+    /// One compare-exchange of the drivers: `old` to `new`, or the word found instead.
+    #[inline]
+    fn land(&self, old: u64, new: u64) -> Result<(), u64> {
+        #[cfg(loom)]
+        if crate::engine::sync::models::blind_stores() {
+            // A blind store: whatever the word holds now is overwritten.
+            let mut current = W::load(self.word);
+            while let Err(actual) = W::compare_exchange(self.word, current, new) {
+                current = actual;
+            }
+            return Ok(());
+        }
+        W::compare_exchange(self.word, old, new)
+    }
+
+    /// The CAS driver on a fresh reading: like [`update`](Self::update), but reads the clock
+    /// after the word on every try, so that the transition that lands was computed from a
+    /// reading no older than the word it replaces. `transition(word, now_ticks, now_units)`.
+    /// For the transitions whose answer is a time to wait (`reserve`): a caller delayed
+    /// between its reading and a lost compare-exchange is not told to wait for time already past.
+    #[inline]
+    pub(crate) fn update_fresh<C: Clock + ?Sized, T, E>(
+        &self,
+        clock: &C,
+        mut transition: impl FnMut(u64, u64, u64) -> Result<(u64, T), E>,
+    ) -> Result<T, E> {
+        let mut word = W::load(self.word);
+        loop {
+            let now_ticks = clock.now();
+            let now_units = self.params.units_at(now_ticks);
+            if word == self.params.unused {
+                word = self.first_use(now_units);
+            }
+            let (new, out) = transition(word, now_ticks, now_units)?;
+            match self.land(word, new) {
                 Ok(()) => return Ok(out),
                 Err(actual) => word = actual,
             }
