@@ -221,6 +221,11 @@ impl<C: Clock, const N: usize, W: Word> Limits<'_, C, N, W> {
         costs: [u32; N],
         timeout: Duration,
     ) -> Result<Duration, Denied> {
+        // Nobody in line and every part at hand: taken at once, and nothing waited to jitter.
+        if let Some(settled) = crate::wait::queue::at_once(self.buckets, || self.try_acquire(costs))
+        {
+            return settled.map(|()| Duration::ZERO);
+        }
         let waiter = crate::wait::queue::Waiter::new(self.buckets, costs, Some(timeout))?;
         crate::wait::acquire_blocking(self, waiter, costs, &self.jitter)
     }
@@ -281,6 +286,11 @@ impl<C: Clock, const N: usize, W: Word> Limits<'_, C, N, W> {
         costs: [u32; N],
         timeout: Duration,
     ) -> Result<Duration, Denied> {
+        // Nobody in line and every part at hand: taken at once, and nothing waited to jitter.
+        if let Some(settled) = crate::wait::queue::at_once(self.buckets, || self.try_acquire(costs))
+        {
+            return settled.map(|()| Duration::ZERO);
+        }
         let waiter = crate::wait::queue::Waiter::new(self.buckets, costs, Some(timeout))?;
         crate::wait::acquire_async(self, waiter, costs, &self.jitter).await
     }

@@ -6,9 +6,11 @@ use super::Clock;
 
 /// `tokio::time::Instant` in nanoseconds since the clock was made.
 ///
-/// It reads tokio's clock, so `tokio::time::pause()` and `advance()` drive a bucket on it and
-/// tests of waits take no real time. Outside a paused runtime it is the monotonic clock of
-/// `std`.
+/// Made while tokio's time is paused, it reads tokio's clock, so `advance()` drives a bucket on
+/// it and tests of waits take no real time. Made in running time, it reads `std`'s monotonic
+/// clock directly: the instants tokio's clock gives there, at the cost of `std`'s reading alone
+/// (tokio's own reading looks for a paused clock first wherever its `test-util` feature is on).
+/// A clock made before `pause()` is [`following_pause`](Self::following_pause).
 ///
 /// **Its origin is its own.** Each clock counts from the instant it was made by
 /// [`new`](Self::new) or [`default`](Self::default); copies share that origin. Unlike
@@ -32,22 +34,62 @@ use super::Clock;
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct TokioClock {
-    origin: Instant,
+    origin: std::time::Instant,
+    /// Reads tokio's clock (time was paused when it was made); otherwise std's, which tokio's
+    /// clock is then anyway.
+    follows_pause: bool,
 }
 
 impl TokioClock {
     /// A clock whose origin is now, on the current runtime's clock.
+    ///
+    /// If tokio's time is paused now (a `start_paused` test, after `pause()`), the clock reads
+    /// tokio's clock at every call, so that `advance()` drives it. Otherwise it reads std's
+    /// monotonic clock directly, which is what tokio's clock is outside paused time: the same
+    /// instants, without the look for a paused clock that tokio's `test-util` feature adds to
+    /// each of its readings (a runtime lookup and a lock, several times the reading itself).
+    /// For a clock made before time is paused, use [`following_pause`](Self::following_pause).
     pub fn new() -> Self {
+        let first = Instant::now();
+        let std_first = std::time::Instant::now();
+        // Paused time stands still until advanced; running time moves with std's clock. Wait
+        // for std's clock to move (nanoseconds), then see whether tokio's moved with it.
+        while std::time::Instant::now() == std_first {
+            core::hint::spin_loop();
+        }
+        let paused = Instant::now() == first;
         Self {
-            origin: Instant::now(),
+            origin: first.into_std(),
+            follows_pause: paused,
+        }
+    }
+
+    /// A clock whose origin is now that reads tokio's clock at every call, paused or not: for
+    /// a clock made before `tokio::time::pause()`. Outside paused time it reads the same
+    /// instants as [`new`](Self::new), at the price of tokio's look for a paused clock when its
+    /// `test-util` feature is on.
+    pub fn following_pause() -> Self {
+        Self {
+            origin: Instant::now().into_std(),
+            follows_pause: true,
         }
     }
 
     /// Converts an `Instant` to this clock's ticks (zero for instants before the origin,
     /// `u64::MAX` after 584 years).
     pub fn ticks_at(&self, instant: Instant) -> u64 {
-        let nanos = instant.saturating_duration_since(self.origin).as_nanos();
-        u64::try_from(nanos).unwrap_or(u64::MAX)
+        self.ticks_at_std(instant.into_std())
+    }
+
+    #[inline]
+    fn ticks_at_std(&self, instant: std::time::Instant) -> u64 {
+        let since = instant.saturating_duration_since(self.origin);
+        // 584 years of nanoseconds fill the u64: past them, saturate.
+        since
+            .as_secs()
+            .checked_mul(1_000_000_000)
+            .and_then(|nanos| nanos.checked_add(u64::from(since.subsec_nanos())))
+            .unwrap_or(u64::MAX)
     }
 }
 
@@ -62,6 +104,10 @@ impl Clock for TokioClock {
     const TICKS_PER_SECOND: u64 = 1_000_000_000;
     #[inline]
     fn now(&self) -> u64 {
-        self.ticks_at(Instant::now())
+        if self.follows_pause {
+            self.ticks_at(Instant::now())
+        } else {
+            self.ticks_at_std(std::time::Instant::now())
+        }
     }
 }

@@ -42,6 +42,10 @@ impl<C: Clock, W: AdjustableWord> ReserveCancel for AdjustableBucket<C, W> {
         )
     }
 
+    fn take_at_once(&self, n: u32) -> Result<(), Denied> {
+        self.try_acquire(n)
+    }
+
     fn cancel(&self, taken: AdjustableTake) {
         let now = self.clock().now();
         // Signed: a clock stepped back before the take gives nothing back.
@@ -79,6 +83,10 @@ impl<C: Clock, W: AdjustableWord> super::queue::Lined for AdjustableBucket<C, W>
             Ok(_) => 0,
             Err(short) => p.ticks_until(now_ticks, short),
         }
+    }
+    fn slack_ticks(&self, now_ticks: u64, units: u64) -> u64 {
+        let p = self.current().1;
+        p.ticks_until(now_ticks, p.burst_units.saturating_sub(units))
     }
 }
 

@@ -5,8 +5,9 @@ use std::sync::Arc;
 use std::task::{Wake, Waker};
 use std::thread::{self, Thread};
 
-use super::queue::{Lined, Step, Waiter};
+use super::queue::{at_once, plan, Lined, Plan, Step, Waiter};
 use super::{jitter_after, CancelOnDrop, ReserveCancel};
+use crate::clock::ticks_to_duration_ceil;
 use crate::{Clock, Denied, Jitter, TokenBucket, Word};
 
 /// Wakes a parked thread.
@@ -29,14 +30,19 @@ fn wait_blocking<B: Lined, const N: usize, T>(
 ) -> Result<(T, Duration), Denied> {
     let waker = Waker::from(Arc::new(Unpark(thread::current())));
     loop {
-        match waiter.step(&waker, &mut take) {
+        let look = match waiter.step(&waker, &mut take) {
             Step::Done(done) => return done,
-            Step::Sleep(None) => thread::park(),
-            Step::Sleep(Some(time)) => {
-                if !time.is_zero() {
-                    thread::park_timeout(time);
-                }
+            Step::Sleep(None) => {
+                thread::park();
+                continue;
             }
+            Step::Sleep(Some(look)) => look,
+        };
+        // On a fresh reading: a thread scheduled late sleeps only what is left. The park
+        // timeout is precise to microseconds, so no early wake-up is needed.
+        match plan(look, waiter.now(), 0) {
+            Plan::Again | Plan::Yield => {}
+            Plan::Sleep(ticks) => thread::park_timeout(ticks_to_duration_ceil::<B::Clock>(ticks)),
         }
     }
 }
@@ -68,6 +74,9 @@ pub(crate) fn acquire_one_blocking<B: Lined + ReserveCancel<Cost = u32>>(
 ) -> Result<Duration, Denied> {
     if n == 0 {
         return Ok(Duration::ZERO);
+    }
+    if let Some(settled) = at_once([bucket], || bucket.take_at_once(n)) {
+        return settled.map(|()| Duration::ZERO);
     }
     let waiter = Waiter::new([bucket], [n], Some(timeout))?;
     acquire_blocking(bucket, waiter, n, &Jitter::none())

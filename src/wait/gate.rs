@@ -17,6 +17,9 @@ pub(crate) trait ReserveCancel {
     type Taken;
     /// Takes `cost` now, or says how long until it could. A denial takes nothing.
     fn reserve_now(&self, cost: Self::Cost) -> Result<Self::Taken, Denied>;
+    /// Takes `cost` now for good, or says how long until it could: the fast path of a wait
+    /// with nobody in line, which has no jitter to hold the take through.
+    fn take_at_once(&self, cost: Self::Cost) -> Result<(), Denied>;
     /// Gives back what [`reserve_now`](Self::reserve_now) took, less what the burst cap would
     /// have cut since: never a token more than was taken.
     fn cancel(&self, taken: Self::Taken);
@@ -28,6 +31,10 @@ impl<C: Clock, W: Word> ReserveCancel for TokenBucket<C, W> {
     fn reserve_now(&self, n: u32) -> Result<Reservation, Denied> {
         self.reserve(n, Duration::ZERO)
     }
+    #[inline]
+    fn take_at_once(&self, n: u32) -> Result<(), Denied> {
+        self.try_acquire(n)
+    }
     fn cancel(&self, taken: Reservation) {
         self.refund(taken);
     }
@@ -38,6 +45,9 @@ impl<C: Clock, const N: usize, W: Word> ReserveCancel for Limits<'_, C, N, W> {
     type Taken = LimitsReservation<N>;
     fn reserve_now(&self, costs: [u32; N]) -> Result<LimitsReservation<N>, Denied> {
         self.reserve(costs, Duration::ZERO)
+    }
+    fn take_at_once(&self, costs: [u32; N]) -> Result<(), Denied> {
+        self.try_acquire(costs)
     }
     fn cancel(&self, mut taken: LimitsReservation<N>) {
         self.refund_parts(&mut taken.parts);

@@ -33,7 +33,7 @@ use std::collections::VecDeque;
 use std::vec::Vec;
 
 use crate::clock::{duration_to_ticks_ceil, duration_to_ticks_floor, ticks_to_duration_ceil};
-use crate::engine::sync::{Mutex, MutexGuard};
+use crate::engine::sync::{AtomicU32, Mutex, MutexGuard, Ordering};
 use crate::{Clock, Denied, TokenBucket, Word};
 
 /// What the waiters' line needs from a bucket: what a request costs in its units, its clock,
@@ -49,6 +49,9 @@ pub(crate) trait Lined {
     /// Ticks from `now_ticks` until the bucket holds `units` (which may exceed the burst: the
     /// line takes tokens as they accrue, so the cap never applies). Takes nothing.
     fn ticks_until_holding(&self, now_ticks: u64, units: u64) -> u64;
+    /// Ticks the burst beyond `units` takes to accrue at `now_ticks`: how late a take of
+    /// `units` may come without losing time to the burst's cap.
+    fn slack_ticks(&self, now_ticks: u64, units: u64) -> u64;
 }
 
 /// How many locks the registry spreads the lines over.
@@ -128,11 +131,15 @@ type Shard = Vec<Line>;
 /// Every bucket's line, spread over [`SHARDS`] locks.
 struct Registry {
     shards: [Mutex<Shard>; SHARDS],
+    /// How many lines each shard holds, written under its lock: read without it, a zero says
+    /// that nobody waits on any bucket of the shard, and a wait can take at once.
+    lines: [AtomicU32; SHARDS],
 }
 
 #[cfg(not(loom))]
 static REGISTRY: Registry = Registry {
     shards: [const { Mutex::new(Vec::new()) }; SHARDS],
+    lines: [const { AtomicU32::new(0) }; SHARDS],
 };
 
 #[cfg(not(loom))]
@@ -144,6 +151,7 @@ fn registry() -> &'static Registry {
 crate::engine::sync::lazy_static! {
     static ref REGISTRY: Registry = Registry {
         shards: core::array::from_fn(|_| Mutex::new(Vec::new())),
+        lines: core::array::from_fn(|_| AtomicU32::new(0)),
     };
 }
 
@@ -228,6 +236,7 @@ impl<const N: usize> Locked<N> {
             Some(at) => at,
             None => {
                 shard.push(Line::new(key));
+                count_lines(key, shard.len());
                 shard.len() - 1
             }
         };
@@ -241,8 +250,38 @@ impl<const N: usize> Locked<N> {
                 .position(|line| line.key == key && line.entries.is_empty())
             {
                 shard.swap_remove(at);
+                count_lines(key, shard.len());
             }
         }
+    }
+}
+
+/// Publishes how many lines `key`'s shard holds, under its lock. Relaxed: the count is a hint
+/// for [`at_once`], which orders nothing by it (a waiter joining as a wait reads a zero is
+/// overtaken once, as by a `try_acquire`).
+fn count_lines(key: usize, lines: usize) {
+    let count = u32::try_from(lines).unwrap_or(u32::MAX);
+    registry().lines[shard_of(key)].store(count, Ordering::Relaxed);
+}
+
+/// The wait's fast path: when nobody waits on any of `buckets` (nor on a bucket sharing their
+/// shards), `take` at once, without a lock, a line or a timer. `None` when the wait must join
+/// the line: someone waits, or the tokens are not there yet.
+#[inline]
+pub(crate) fn at_once<B: Lined, const N: usize>(
+    buckets: [&B; N],
+    take: impl FnOnce() -> Result<(), Denied>,
+) -> Option<Result<(), Denied>> {
+    let lines = &registry().lines;
+    if buckets
+        .iter()
+        .any(|&bucket| lines[shard_of(key_of(bucket))].load(Ordering::Relaxed) != 0)
+    {
+        return None;
+    }
+    match take() {
+        Err(Denied::Insufficient { .. }) => None,
+        settled => Some(settled),
     }
 }
 
@@ -250,8 +289,57 @@ impl<const N: usize> Locked<N> {
 pub(crate) enum Step<T> {
     /// Served (with what it took and the time it waited) or refused: the wait is over.
     Done(Result<(T, Duration), Denied>),
-    /// Sleep until woken, or for at most this long.
-    Sleep(Option<Duration>),
+    /// Sleep until woken, or look again at this instant at the latest.
+    Sleep(Option<Look>),
+}
+
+/// The instant, on the bucket's clock, a waiter looks again at the latest, and why.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Look {
+    /// It heads the line and its tokens fall due then: it takes at that instant.
+    Due(u64),
+    /// Its estimated turn, behind others.
+    Turn(u64),
+    /// It gives up then.
+    Deadline(u64),
+}
+
+impl Look {
+    /// The instant, in the bucket's ticks.
+    pub(crate) fn at(self) -> u64 {
+        match self {
+            Look::Due(at) | Look::Turn(at) | Look::Deadline(at) => at,
+        }
+    }
+}
+
+/// What a driver does about a [`Look`], from a reading of the clock taken after the step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Plan {
+    /// The instant has passed: look again now, without sleeping.
+    Again,
+    /// The tokens fall due sooner than the timer can wake: yield, and look again when due.
+    Yield,
+    /// Sleep this many ticks, then look again.
+    Sleep(u64),
+}
+
+/// The plan for `look` at `now`, for a driver whose timer may wake up to `early_ticks` late
+/// (its granularity): a timer for a due take or a turn is set `early_ticks` ahead, and the last
+/// stretch of a due take is yielded away rather than overslept, so that a bucket whose burst
+/// cannot hold a late wake-up's time still runs at its rate. A deadline is slept to exactly.
+pub(crate) fn plan(look: Look, now: u64, early_ticks: u64) -> Plan {
+    let left = look.at().wrapping_sub(now) as i64;
+    if left <= 0 {
+        return Plan::Again;
+    }
+    let left = left as u64;
+    match look {
+        Look::Deadline(_) => Plan::Sleep(left),
+        _ if left > early_ticks => Plan::Sleep(left - early_ticks),
+        Look::Due(_) => Plan::Yield,
+        Look::Turn(_) => Plan::Sleep(left),
+    }
 }
 
 /// A caller waiting for `costs[i]` tokens from `buckets[i]`, from all or none. Dropping it
@@ -266,6 +354,11 @@ pub(crate) struct Waiter<'a, B: Lined, const N: usize> {
     /// When it gives up, on the first bucket's clock.
     deadline_ticks: Option<u64>,
     timer_at: Option<u64>,
+    /// Whether it heads every line it is in, as of its last look.
+    heading: bool,
+    /// How early its driver's timer wakes it (see [`plan`]): a turn estimated closer than
+    /// this is left to the head before it to wake, rather than to the timer.
+    early_ticks: u64,
 }
 
 impl<'a, B: Lined, const N: usize> Waiter<'a, B, N> {
@@ -295,10 +388,28 @@ impl<'a, B: Lined, const N: usize> Waiter<'a, B, N> {
             start_ticks,
             deadline_ticks,
             timer_at: None,
+            heading: false,
+            early_ticks: 0,
         })
     }
 
-    fn now(&self) -> u64 {
+    /// For a driver whose timer may wake `ticks` late (see [`plan`]), where a late take would
+    /// lose time to a burst's cap: a burst with room for `ticks` of lateness beyond this
+    /// waiter's tokens keeps what accrues meanwhile, and its waiters sleep to the instant.
+    pub(crate) fn early(mut self, ticks: u64) -> Self {
+        let now = self.now();
+        let holds = (0..N).all(|i| self.buckets[i].slack_ticks(now, self.units[i]) >= ticks);
+        self.early_ticks = if holds { 0 } else { ticks };
+        self
+    }
+
+    /// How early its driver's timer wakes it: see [`early`](Self::early).
+    pub(crate) fn early_ticks(&self) -> u64 {
+        self.early_ticks
+    }
+
+    /// The first bucket's clock now.
+    pub(crate) fn now(&self) -> u64 {
         self.buckets.first().map_or(0, |b| b.now_ticks())
     }
 
@@ -319,6 +430,7 @@ impl<'a, B: Lined, const N: usize> Waiter<'a, B, N> {
             self.keys.iter().zip(&ids).all(|(&key, &id)| {
                 locked.line(key).and_then(|l| l.head()).map(|e| e.id) == Some(id)
             });
+        self.heading = heads_all;
         if heads_all {
             match take() {
                 Ok(taken) => {
@@ -348,16 +460,17 @@ impl<'a, B: Lined, const N: usize> Waiter<'a, B, N> {
                 self.leave(&mut locked, now);
                 return Step::Done(Err(Denied::Insufficient { retry_after }));
             }
-            // Its estimate passed before its turn came: the head that leaves wakes it.
+            // Its estimate passed before its turn came, or comes sooner than its timer can
+            // wake it: the head that leaves wakes it.
             if self
                 .timer_at
-                .is_some_and(|at| (at.wrapping_sub(now) as i64) <= 0)
+                .is_some_and(|at| (at.wrapping_sub(now) as i64) <= self.early_ticks as i64)
             {
                 self.timer_at = None;
             }
         }
         self.record(&mut locked, &ids, waker);
-        Step::Sleep(self.sleep_for(now))
+        Step::Sleep(self.next_look(now))
     }
 
     /// The first look: straight to the try path when nobody waits, else to the back of the
@@ -399,7 +512,9 @@ impl<'a, B: Lined, const N: usize> Waiter<'a, B, N> {
                 }));
             }
         }
-        self.timer_at = Some(now.wrapping_add(wait));
+        self.heading = nobody_waits;
+        // Behind others, a turn closer than the timer can wake to is left to the head before.
+        self.timer_at = (nobody_waits || wait > self.early_ticks).then(|| now.wrapping_add(wait));
         let mut ids = [0u64; N];
         for i in 0..N {
             let (key, units, timer_at) = (self.keys[i], self.units[i], self.timer_at);
@@ -426,7 +541,7 @@ impl<'a, B: Lined, const N: usize> Waiter<'a, B, N> {
             });
         }
         self.ids = Some(ids);
-        Step::Sleep(self.sleep_for(now))
+        Step::Sleep(self.next_look(now))
     }
 
     /// Keeps the lines' copy of this waiter's waker and timer up to date.
@@ -485,16 +600,21 @@ impl<'a, B: Lined, const N: usize> Waiter<'a, B, N> {
         Some((deadline.wrapping_sub(now) as i64).max(0) as u64)
     }
 
-    /// Until its timer or its deadline, whichever comes first; `None`: until woken.
-    fn sleep_for(&self, now: u64) -> Option<Duration> {
-        let timer = self
-            .timer_at
-            .map(|at| (at.wrapping_sub(now) as i64).max(0) as u64);
-        let ticks = match (timer, self.time_left(now)) {
-            (Some(a), Some(b)) => Some(a.min(b)),
+    /// Its timer or its deadline, whichever comes first; `None`: until woken.
+    fn next_look(&self, now: u64) -> Option<Look> {
+        let timer = self.timer_at.map(|at| {
+            if self.heading {
+                Look::Due(at)
+            } else {
+                Look::Turn(at)
+            }
+        });
+        let deadline = self.deadline_ticks.map(Look::Deadline);
+        let from_now = |look: &Look| look.at().wrapping_sub(now) as i64;
+        match (timer, deadline) {
+            (Some(a), Some(b)) => Some(if from_now(&b) < from_now(&a) { b } else { a }),
             (a, b) => a.or(b),
-        }?;
-        Some(ticks_to_duration_ceil::<B::Clock>(ticks))
+        }
     }
 
     fn waited(&self, now: u64) -> Duration {
@@ -550,6 +670,10 @@ impl<C: Clock, W: Word> Lined for TokenBucket<C, W> {
             Ok(_) => 0,
             Err(short) => p.ticks_until(now_ticks, short),
         }
+    }
+    fn slack_ticks(&self, now_ticks: u64, units: u64) -> u64 {
+        let p = self.cell().params;
+        p.ticks_until(now_ticks, p.burst_units.saturating_sub(units))
     }
 }
 

@@ -8,29 +8,67 @@ use std::boxed::Box;
 
 use ::tokio::time::{sleep_until, Instant, Sleep};
 
-use super::queue::{Lined, Step, Waiter};
+use super::queue::{at_once, plan, Lined, Plan, Step, Waiter};
 use super::{jitter_after, CancelOnDrop, ReserveCancel};
+use crate::clock::ticks_to_duration_ceil;
 use crate::{Clock, Denied, Jitter, TokenBucket, Word};
+
+/// How late tokio's timer may wake, in `C`'s ticks: its wheel counts whole milliseconds and
+/// rounds a deadline up to the next.
+fn timer_granularity<C: Clock>() -> u64 {
+    C::TICKS_PER_SECOND.div_ceil(1_000)
+}
 
 /// Runs `waiter` as a task until it is served or gives up: one tokio timer for its turn, and
 /// the head before it wakes it early if its turn comes sooner. Dropping the future drops the
 /// waiter, which leaves the line as if it had never joined.
+///
+/// Every instant is absolute on the bucket's clock and checked against a fresh reading before
+/// sleeping: a task polled late sleeps only what is left, and not at all when its look is due.
+/// Where the burst cannot hold a late wake-up's time (a burst of one at 1 000/s), the timer is
+/// set a millisecond (its granularity) ahead of a due take, and the head yields away the last
+/// stretch instead of oversleeping it, so that the wait still gets the rate.
 pub(crate) async fn wait_async<B: Lined, const N: usize, T>(
-    mut waiter: Waiter<'_, B, N>,
+    waiter: Waiter<'_, B, N>,
     mut take: impl FnMut() -> Result<T, Denied>,
 ) -> Result<(T, Duration), Denied> {
+    let mut waiter = waiter.early(timer_granularity::<B::Clock>());
+    let mut early = waiter.early_ticks();
     let mut timer: Option<Pin<Box<Sleep>>> = None;
+    // A head yielding to its due take: the instant it is due, and the reading it yielded at.
+    let mut yield_until: Option<(u64, u64)> = None;
     poll_fn(move |cx| loop {
-        let time = match waiter.step(cx.waker(), &mut take) {
+        if let Some((at, yielded_at)) = yield_until.take() {
+            let now = waiter.now();
+            if now == yielded_at {
+                // The clock stood still across a yield: paused time (which moves only once
+                // every task sleeps) or a coarse clock. Yielding would spin: sleep instead.
+                early = 0;
+            } else if (at.wrapping_sub(now) as i64) > 0 {
+                yield_until = Some((at, now));
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
+            }
+        }
+        let look = match waiter.step(cx.waker(), &mut take) {
             Step::Done(done) => return Poll::Ready(done),
             Step::Sleep(None) => return Poll::Pending,
-            Step::Sleep(Some(time)) => time,
+            Step::Sleep(Some(look)) => look,
+        };
+        let ticks = match plan(look, waiter.now(), early) {
+            Plan::Again => continue,
+            Plan::Yield => {
+                yield_until = Some((look.at(), waiter.now()));
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
+            }
+            Plan::Sleep(ticks) => ticks,
         };
         // A wait beyond what `Instant` holds (decades of debt on a far-off clock) sleeps a
         // year at a time, rather than overflowing.
         let now = Instant::now();
         let at = now
-            .checked_add(time)
+            .checked_add(ticks_to_duration_ceil::<B::Clock>(ticks))
             .unwrap_or_else(|| now + Duration::from_secs(365 * 86_400));
         let timer = match &mut timer {
             Some(timer) => {
@@ -76,6 +114,9 @@ pub(crate) async fn acquire_one_async<B: Lined + ReserveCancel<Cost = u32>>(
 ) -> Result<Duration, Denied> {
     if n == 0 {
         return Ok(Duration::ZERO);
+    }
+    if let Some(settled) = at_once([bucket], || bucket.take_at_once(n)) {
+        return settled.map(|()| Duration::ZERO);
     }
     let waiter = Waiter::new([bucket], [n], Some(timeout))?;
     acquire_async(bucket, waiter, n, &Jitter::none()).await

@@ -1,0 +1,332 @@
+//! The wait path beside governor 0.10 (`until_ready`) and leaky-bucket 1.1 (`acquire_one`), on a
+//! multi-threaded tokio runtime with 2 workers:
+//!
+//! - **no wait due**: one `acquire(1)` on a bucket that never runs dry, one task (criterion),
+//!   with `try_acquire(1)` on the same clocks as the floor;
+//! - **64 tasks**: grants per second with 64 tasks at a rate far above demand, and at a binding
+//!   rate (share of the cap `burst + rate × t`, checked never to be exceeded);
+//! - **one waiter**: the rate one task gets at 1 000/s with a burst of 1, and the CPU it spends;
+//! - **1 000 waiters** at 500/s with a burst of 1: order inversions, the pairs served in the
+//!   reverse of the order they asked in.
+//!
+//! Real time, so the figures move with the machine's load: each is the median of 3 runs.
+//!
+//! `cargo bench -p tollgate-bench --bench waits` (`-- --quick` for criterion's short runs;
+//! `WAITS_SECONDS=n` for longer real-time runs).
+
+use std::future::Future;
+use std::hint::black_box;
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use criterion::Criterion;
+use governor::DefaultDirectRateLimiter;
+use tokio::runtime::Runtime;
+use tollgate::{Quota, Rate, TokenBucket, TokioClock, TscClock};
+
+/// One limiter with a wait, behind one enum so that every scenario runs the same loop.
+enum Waits {
+    Tokio(TokenBucket<TokioClock>),
+    Tsc(TokenBucket<TscClock>),
+    Governor(DefaultDirectRateLimiter),
+    Leaky(leaky_bucket::RateLimiter),
+}
+
+/// A rate and a burst, in tokens.
+#[derive(Clone, Copy)]
+struct Limit {
+    per_second: u64,
+    burst: u32,
+}
+
+/// The limiters compared, by name.
+const NAMES: [&str; 4] = [
+    "tollgate (TokioClock)",
+    "tollgate (TscClock)",
+    "governor until_ready",
+    "leaky-bucket acquire_one",
+];
+
+impl Waits {
+    /// Limiter `which` of [`NAMES`], full at first. Call inside the runtime: `TokioClock` is
+    /// made on its clock.
+    fn new(which: usize, limit: Limit) -> Self {
+        let quota = Quota::new(Rate::per_second(limit.per_second)).burst(u64::from(limit.burst));
+        match which {
+            0 => Waits::Tokio(TokenBucket::try_new(quota, TokioClock::new()).unwrap()),
+            1 => Waits::Tsc(TokenBucket::try_new(quota, TscClock::new()).unwrap()),
+            2 => {
+                let per_second = NonZeroU32::new(limit.per_second as u32).unwrap();
+                let quota = governor::Quota::per_second(per_second)
+                    .allow_burst(NonZeroU32::new(limit.burst).unwrap());
+                Waits::Governor(governor::RateLimiter::direct(quota))
+            }
+            _ => {
+                // Its refill runs on a timer: one millisecond's tokens each millisecond (or one
+                // token each period, for rates below 1 000/s).
+                let (refill, interval) = if limit.per_second >= 1_000 {
+                    (limit.per_second / 1_000, Duration::from_millis(1))
+                } else {
+                    (1, Duration::from_nanos(1_000_000_000 / limit.per_second))
+                };
+                let burst = limit.burst as usize;
+                Waits::Leaky(
+                    leaky_bucket::RateLimiter::builder()
+                        .initial(burst)
+                        .max(burst)
+                        .refill(refill as usize)
+                        .interval(interval)
+                        .build(),
+                )
+            }
+        }
+    }
+
+    #[inline]
+    async fn acquire(&self) {
+        match self {
+            Waits::Tokio(bucket) => drop(bucket.acquire(1).await.unwrap()),
+            Waits::Tsc(bucket) => drop(bucket.acquire(1).await.unwrap()),
+            Waits::Governor(limiter) => limiter.until_ready().await,
+            Waits::Leaky(limiter) => limiter.acquire_one().await,
+        }
+    }
+}
+
+fn runtime() -> Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_time()
+        .build()
+        .unwrap()
+}
+
+/// A rate no run can reach, a burst no run can use up (governor's burst is a `u32`).
+const UNBOUND: Limit = Limit {
+    per_second: 1_000_000_000,
+    burst: u32::MAX,
+};
+
+/// Times `iters` calls of `call` in one task.
+fn time_in_task<F: Future<Output = ()>>(
+    rt: &Runtime,
+    iters: u64,
+    mut call: impl FnMut() -> F,
+) -> Duration {
+    rt.block_on(async {
+        let start = Instant::now();
+        for _ in 0..iters {
+            call().await;
+        }
+        start.elapsed()
+    })
+}
+
+fn no_wait(c: &mut Criterion) {
+    let rt = runtime();
+    let mut group = c.benchmark_group("waits/no_wait_due");
+    for (which, name) in NAMES.iter().enumerate() {
+        let waits = rt.block_on(async { Waits::new(which, UNBOUND) });
+        group.bench_function(*name, |b| {
+            b.iter_custom(|iters| time_in_task(&rt, iters, || black_box(&waits).acquire()))
+        });
+        // The floor: the same bucket's try path, on the same clock, in the same task.
+        let try_acquire = |bucket_ok: bool| assert!(bucket_ok);
+        match &waits {
+            Waits::Tokio(bucket) => group.bench_function("try_acquire (TokioClock)", |b| {
+                b.iter(|| try_acquire(black_box(bucket).try_acquire(1).is_ok()))
+            }),
+            Waits::Tsc(bucket) => group.bench_function("try_acquire (TscClock)", |b| {
+                b.iter(|| try_acquire(black_box(bucket).try_acquire(1).is_ok()))
+            }),
+            _ => group.bench_function(format!("{name}: check"), |b| match &waits {
+                Waits::Governor(limiter) => b.iter(|| black_box(limiter).check().is_ok()),
+                Waits::Leaky(limiter) => b.iter(|| black_box(limiter).try_acquire(1)),
+                _ => unreachable!(),
+            }),
+        };
+    }
+    group.finish();
+}
+
+/// The length of each real-time run.
+fn run_length() -> Duration {
+    let seconds = std::env::var("WAITS_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1.0);
+    Duration::from_secs_f64(seconds)
+}
+
+/// Processor time this process has used (user and system), from `/proc/self/stat`.
+fn cpu_time() -> Duration {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // The fields after the command's closing parenthesis; utime and stime are the 12th and
+    // 13th of them, in clock ticks of 100 Hz.
+    let after = stat.rsplit(')').next().unwrap_or("");
+    let fields: Vec<u64> = after
+        .split_whitespace()
+        .map(|f| f.parse().unwrap_or(0))
+        .collect();
+    let ticks = fields.get(11).unwrap_or(&0) + fields.get(12).unwrap_or(&0);
+    Duration::from_millis(ticks * 10)
+}
+
+/// What one real-time run saw.
+struct Run {
+    grants: u64,
+    elapsed: Duration,
+    cpu: Duration,
+}
+
+/// `tasks` tasks acquiring one token each in a loop, for `length`: the grants completed
+/// before the end.
+fn many_tasks(which: usize, limit: Limit, tasks: usize, length: Duration) -> Run {
+    let rt = runtime();
+    rt.block_on(async {
+        let waits = Arc::new(Waits::new(which, limit));
+        let stop = Arc::new(AtomicBool::new(false));
+        let cpu = cpu_time();
+        let start = Instant::now();
+        let handles: Vec<_> = (0..tasks)
+            .map(|_| {
+                let (waits, stop) = (waits.clone(), stop.clone());
+                tokio::spawn(async move {
+                    let mut grants = 0u64;
+                    loop {
+                        waits.acquire().await;
+                        if stop.load(Ordering::Relaxed) {
+                            return grants;
+                        }
+                        grants += 1;
+                    }
+                })
+            })
+            .collect();
+        tokio::time::sleep(length).await;
+        stop.store(true, Ordering::Relaxed);
+        let elapsed = start.elapsed();
+        let mut grants = 0;
+        for handle in handles {
+            grants += handle.await.unwrap();
+        }
+        Run {
+            grants,
+            elapsed,
+            cpu: cpu_time().saturating_sub(cpu),
+        }
+    })
+}
+
+/// Order inversions among `waiters` tasks that each ask for one token, at `limit`: pairs
+/// (a, b) where a asked first and b was served first.
+fn inversions(which: usize, limit: Limit, waiters: usize) -> (u64, Duration) {
+    let rt = runtime();
+    rt.block_on(async {
+        let waits = Arc::new(Waits::new(which, limit));
+        let asked = Arc::new(AtomicUsize::new(0));
+        let served = Arc::new(AtomicUsize::new(0));
+        let cpu = cpu_time();
+        let handles: Vec<_> = (0..waiters)
+            .map(|_| {
+                let (waits, asked, served) = (waits.clone(), asked.clone(), served.clone());
+                tokio::spawn(async move {
+                    let ticket = asked.fetch_add(1, Ordering::Relaxed);
+                    waits.acquire().await;
+                    (ticket, served.fetch_add(1, Ordering::Relaxed))
+                })
+            })
+            .collect();
+        let mut order = vec![0; waiters];
+        for handle in handles {
+            let (ticket, place) = handle.await.unwrap();
+            order[ticket] = place;
+        }
+        let mut inverted = 0;
+        for a in 0..waiters {
+            for b in a + 1..waiters {
+                inverted += u64::from(order[b] < order[a]);
+            }
+        }
+        (inverted, cpu_time().saturating_sub(cpu))
+    })
+}
+
+/// The median of three.
+fn median<T: Copy + PartialOrd>(mut runs: [T; 3]) -> T {
+    runs.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    runs[1]
+}
+
+fn real_time() {
+    let length = run_length();
+    println!(
+        "\nReal time, 2 tokio workers, {} cores here, median of 3 runs of {length:?}",
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    );
+    let binding = Limit {
+        per_second: 1_000_000,
+        burst: 1_000,
+    };
+    println!(
+        "\n| limiter | 64 tasks, 10^9/s: grants/s | 64 tasks, 10^6/s burst 1 000: share of the cap | \
+         1 waiter, 1 000/s burst 1: grants/s (CPU) | 1 000 waiters, 500/s: inversions (CPU) |"
+    );
+    println!("|---|---|---|---|---|");
+    for (which, name) in NAMES.iter().enumerate() {
+        let free = median(std::array::from_fn(|_| {
+            let run = many_tasks(which, UNBOUND, 64, length);
+            run.grants as f64 / run.elapsed.as_secs_f64()
+        }));
+        let bound = median(std::array::from_fn(|_| {
+            let run = many_tasks(which, binding, 64, length);
+            let cap = binding.burst as f64 + binding.per_second as f64 * run.elapsed.as_secs_f64();
+            assert!(
+                run.grants as f64 <= cap,
+                "{name} granted {} over a cap of {cap}",
+                run.grants
+            );
+            run.grants as f64 / cap
+        }));
+        let one = Limit {
+            per_second: 1_000,
+            burst: 1,
+        };
+        let single = median(std::array::from_fn(|_| {
+            let run = many_tasks(which, one, 1, length * 2);
+            let rate = run.grants as f64 / run.elapsed.as_secs_f64();
+            (rate, run.cpu.as_secs_f64() / run.elapsed.as_secs_f64())
+        }));
+        let order = median(std::array::from_fn(|_| {
+            let (inverted, cpu) = inversions(
+                which,
+                Limit {
+                    per_second: 500,
+                    burst: 1,
+                },
+                1_000,
+            );
+            (inverted, cpu)
+        }));
+        println!(
+            "| {name} | {:.1} M | {:.1} % | {:.1}/s ({:.0} % of a core) | {} of 499 500 ({:.2} s) |",
+            free / 1e6,
+            bound * 100.0,
+            single.0,
+            single.1 * 100.0,
+            order.0,
+            order.1.as_secs_f64(),
+        );
+    }
+}
+
+fn main() {
+    let mut criterion = Criterion::default().configure_from_args();
+    no_wait(&mut criterion);
+    criterion.final_summary();
+    if std::env::var_os("WAITS_NO_REAL_TIME").is_none() {
+        real_time();
+    }
+}
