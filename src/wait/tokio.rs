@@ -127,8 +127,10 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
     ///
     /// Tasks wait in line, in the order they first polled, and only the one at the head takes
     /// its tokens, when they fall due: each sleeps on one tokio timer until its estimated turn
-    /// and, unless someone ahead gave up, is woken once, with no re-check. A task arriving with
-    /// nobody waiting takes at once when it can. `n` above the burst fails at once with
+    /// and, unless someone ahead gave up, is woken once, with no re-check. (Where the burst
+    /// cannot hold the time tokio's millisecond timer may wake late, the head wakes a
+    /// millisecond early and yields the rest instead: it gets the rate, for some CPU.) A task
+    /// arriving with nobody waiting takes at once when it can, without a lock or a timer. `n` above the burst fails at once with
     /// [`Denied::ExceedsCapacity`]; `n = 0` completes at once.
     ///
     /// **Cancel-safe, and giving up costs nothing.** Nothing is taken before the tokens are

@@ -25,6 +25,37 @@ fn five_per_second() -> Quota {
     Quota::new(Rate::per_second(5)).burst(5)
 }
 
+#[tokio::test]
+async fn tokio_clock_made_in_running_time_reads_tokios_instants() {
+    // Outside paused time it reads std's clock, which must give tokio's instants: each reading
+    // falls between the tokio instants taken around it.
+    let clock = TokioClock::new();
+    for _ in 0..1_000 {
+        let before = clock.ticks_at(Instant::now());
+        let reading = clock.now();
+        let after = clock.ticks_at(Instant::now());
+        assert!(
+            before <= reading && reading <= after,
+            "{before} {reading} {after}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_tokio_clock_following_pause_stands_still_and_advances_with_paused_time() {
+    let made_before = TokioClock::following_pause();
+    let running = TokioClock::new();
+    tokio::time::pause();
+    let (a, b) = (made_before.now(), made_before.now());
+    assert_eq!(a, b); // paused: it stands still
+    tokio::time::advance(ms(1500)).await;
+    assert_eq!(made_before.now(), a + 1_500_000_000);
+    // One made in running time reads std's clock, which pausing does not stop.
+    let r = running.now();
+    std::thread::sleep(ms(2));
+    assert!(running.now() >= r + 2_000_000);
+}
+
 #[tokio::test(start_paused = true)]
 async fn tokio_clock_counts_nanoseconds_of_paused_time_from_its_own_origin() {
     tokio::time::advance(Duration::from_secs(3600)).await;
