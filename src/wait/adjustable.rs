@@ -74,7 +74,7 @@ impl<C: Clock, W: AdjustableWord> super::queue::Lined for AdjustableBucket<C, W>
     fn ticks_until_holding(&self, now_ticks: u64, units: u64) -> u64 {
         let ((_generation, word), p) = self.current();
         let now_units = p.units_at(now_ticks);
-        let units = units.min(p.max_debt_units);
+        let units = units.min(p.max_debt_units());
         match p.take(word, now_units, units, 0) {
             Ok(_) => 0,
             Err(short) => p.ticks_until(now_ticks, short),
