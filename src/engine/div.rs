@@ -3,14 +3,18 @@
 //! kilobyte of flash, more than the whole bucket. There it is long division in 16-bit digits on
 //! the core's own 32-bit division (Hacker's Delight, `divlu` and `udivdi3`), without a loop, so
 //! that the compiler can drop an unread result (a `retry_after` nobody asks for) along with its
-//! computation. On 64-bit targets it is the CPU's division.
+//! computation. On 64-bit targets it is the CPU's division. Neither panics: a zero divisor,
+//! which no caller passes, gives 0.
 
-/// `n / d`, for `d > 0`.
+/// `n / d`, for `d > 0` (0 for `d = 0`, which no caller passes: no panic path).
 #[inline]
 pub(crate) const fn div(n: u64, d: u64) -> u64 {
     #[cfg(target_pointer_width = "64")]
     {
-        n / d
+        match n.checked_div(d) {
+            Some(q) => q,
+            None => 0,
+        }
     }
     #[cfg(not(target_pointer_width = "64"))]
     {
