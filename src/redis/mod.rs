@@ -59,6 +59,7 @@ mod answers;
 mod builder;
 mod connection;
 mod error;
+mod keyed;
 mod layout;
 mod line;
 #[cfg(test)]
@@ -74,6 +75,7 @@ pub use self::answers::{FaultPolicy, Grant, Level, RedisReservation, Source};
 pub use self::builder::Builder;
 pub use self::connection::RedisConnection;
 pub use self::error::{Error, Fault, SetupError};
+pub use self::keyed::RedisKeyed;
 /// The `redis` crate's client, from which a [`RedisConnection`] connects.
 pub use ::redis::Client;
 

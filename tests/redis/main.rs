@@ -8,6 +8,7 @@ mod bounds;
 mod clock;
 mod faults;
 mod giving_up;
+mod keyed;
 mod nginx;
 mod sharing;
 mod support;
