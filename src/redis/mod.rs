@@ -61,6 +61,7 @@ mod connection;
 mod error;
 mod keyed;
 mod layout;
+mod lease;
 mod line;
 #[cfg(test)]
 mod tests;
@@ -76,6 +77,7 @@ pub use self::builder::Builder;
 pub use self::connection::RedisConnection;
 pub use self::error::{Error, Fault, SetupError};
 pub use self::keyed::RedisKeyed;
+pub use self::lease::LeasedBucket;
 /// The `redis` crate's client, from which a [`RedisConnection`] connects.
 pub use ::redis::Client;
 

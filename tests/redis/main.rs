@@ -9,6 +9,7 @@ mod clock;
 mod faults;
 mod giving_up;
 mod keyed;
+mod lease;
 mod nginx;
 mod sharing;
 mod support;
