@@ -16,8 +16,10 @@ use std::string::String;
 use std::sync::Arc;
 use std::vec::Vec;
 
+use ::redis::cluster_routing::Slot;
 use ::redis::{Cmd, RedisError, RedisResult, ServerErrorKind};
 
+use super::cluster::Link;
 use super::connection::Shared;
 use super::layout::Layout;
 use super::{Error, Fault, Grant, Level, RedisConnection, SetupError, Source};
@@ -126,87 +128,40 @@ impl RedisKeyed {
 
     /// Decides each `(key, n)` in order, in one round trip: one pipeline of script calls, each
     /// taking from its own key exactly as a lone [`try_acquire`](Self::try_acquire) would (a
-    /// key named twice is decided twice, in order). `n` above the burst is
+    /// key named twice is decided twice, in order). On a cluster, one pipeline per slot, sent
+    /// at once: keys with one hash tag share a slot. `n` above the burst is
     /// [`Denied::ExceedsCapacity`] without being sent.
     pub async fn try_acquire_many(&self, requests: &[(&str, u32)]) -> Vec<Result<Grant, Error>> {
         let inner = &*self.inner;
         let shared = &*inner.connection;
-        let (generation, mut manager) = shared.manager();
+        let (generation, link) = shared.manager();
         let deadline_us = shared.redis_now_us() + (inner.timeout / 2).as_micros() as i64;
-        let commands: Vec<Option<Cmd>> = requests
-            .iter()
-            .map(|&(key, n)| {
-                (n as u64 <= inner.layout.burst).then(|| inner.command(key, n, deadline_us))
-            })
-            .collect();
-        let mut replies: Vec<Option<RedisResult<Answer>>> = commands.iter().map(|_| None).collect();
-        // Twice at most: a server that has forgotten the script (restarted, `SCRIPT FLUSH`)
-        // answers NOSCRIPT to every call, which ran nothing, and they are sent again.
-        let mut fault = None;
-        for _ in 0..2 {
-            let pending: Vec<usize> = (0..commands.len())
-                .filter(|&i| commands[i].is_some() && !matches!(&replies[i], Some(Ok(_))))
-                .collect();
-            if pending.is_empty() {
-                break;
+        // The requests each pipeline carries, by index.
+        let mut groups: Vec<(Option<Slot>, Vec<usize>)> = Vec::new();
+        for (i, &(key, n)) in requests.iter().enumerate() {
+            if n as u64 > inner.layout.burst {
+                continue;
             }
-            let mut pipe = ::redis::pipe();
-            pipe.ignore_errors();
-            for &i in &pending {
-                if let Some(command) = &commands[i] {
-                    pipe.add_command(command.clone());
-                }
-            }
-            let answer = pipe.query_async::<Vec<RedisResult<Answer>>>(&mut manager);
-            match tokio::time::timeout(inner.timeout, answer).await {
-                Ok(Ok(answers)) => {
-                    for (i, answer) in pending.iter().zip(answers) {
-                        replies[*i] = Some(answer);
-                    }
-                }
-                Ok(Err(error)) if !error.is_timeout() => {
-                    fault = Some(shared.classify(generation, error));
-                    break;
-                }
-                Ok(Err(_)) | Err(_) => {
-                    shared.timed_out(generation);
-                    fault = Some(Fault::Timeout {
-                        after: inner.timeout,
-                    });
-                    break;
-                }
-            }
-            let forgotten = replies
-                .iter()
-                .any(|reply| matches!(reply, Some(Err(e)) if is_noscript(e)));
-            if !forgotten {
-                break;
-            }
-            let load = shared.script.load_async(&mut manager);
-            if let Err(error) = tokio::time::timeout(inner.timeout, load)
-                .await
-                .unwrap_or_else(|_| {
-                    Err(RedisError::from((
-                        ::redis::ErrorKind::Io,
-                        "script load timed out",
-                    )))
-                })
-            {
-                fault = Some(shared.classify(generation, error));
-                break;
+            let slot = link.is_cluster().then(|| Slot::for_key(inner.name(key)));
+            match groups.iter_mut().find(|(group, _)| *group == slot) {
+                Some((_, members)) => members.push(i),
+                None => groups.push((slot, std::vec![i])),
             }
         }
+        let sent = groups.iter().map(|(_, members)| {
+            let commands = members
+                .iter()
+                .map(|&i| inner.command(requests[i].0, requests[i].1, deadline_us))
+                .collect();
+            inner.send(generation, link.clone(), commands)
+        });
+        let answers = futures_util::future::join_all(sent).await;
         let seen_us = shared.local_us();
-        requests
-            .iter()
-            .zip(replies)
-            .map(|(&(_, n), reply)| {
-                if n as u64 > inner.layout.burst {
-                    return Err(Error::by_redis(Denied::ExceedsCapacity {
-                        burst: inner.layout.burst,
-                    }));
-                }
-                let result = match reply {
+        let mut results: Vec<Option<Result<Answer, Fault>>> =
+            requests.iter().map(|_| None).collect();
+        for ((_, members), (replies, fault)) in groups.iter().zip(answers) {
+            for (&i, reply) in members.iter().zip(replies) {
+                results[i] = Some(match reply {
                     Some(Ok(answer)) => {
                         shared.saw_redis_time(answer.3, seen_us);
                         Ok(answer)
@@ -219,18 +174,24 @@ impl RedisKeyed {
                             after: inner.timeout,
                         },
                     }),
-                };
-                inner.decide(n, result)
+                });
+            }
+        }
+        requests
+            .iter()
+            .zip(results)
+            .map(|(&(_, n), result)| match result {
+                Some(result) => inner.decide(n, result),
+                None => Err(Error::by_redis(Denied::ExceedsCapacity {
+                    burst: inner.layout.burst,
+                })),
             })
             .collect()
     }
 
     /// The Redis key holding `key`'s bucket: the prefix, then the key.
     pub fn redis_key(&self, key: &str) -> String {
-        let mut name = String::with_capacity(self.inner.prefix.len() + key.len());
-        name.push_str(&self.inner.prefix);
-        name.push_str(key);
-        name
+        String::from_utf8_lossy(&self.inner.name(key)).into_owned()
     }
 
     /// The quota each key holds.
@@ -255,6 +216,70 @@ fn is_noscript(error: &RedisError) -> bool {
 }
 
 impl Inner {
+    /// The Redis key of `key`: the prefix, then the key.
+    fn name(&self, key: &str) -> Vec<u8> {
+        let mut name = Vec::with_capacity(self.prefix.len() + key.len());
+        name.extend_from_slice(self.prefix.as_bytes());
+        name.extend_from_slice(key.as_bytes());
+        name
+    }
+
+    /// Sends `commands` in one pipeline over `link`: each one's reply, `None` for those that
+    /// got none, and the fault that stopped them. A server that has forgotten the script
+    /// (restarted, `SCRIPT FLUSH`) answers NOSCRIPT to calls that ran nothing: it gets the
+    /// script, and they are sent once more.
+    async fn send(
+        &self,
+        generation: u64,
+        mut link: Link,
+        commands: Vec<Cmd>,
+    ) -> (Vec<Option<RedisResult<Answer>>>, Option<Fault>) {
+        let shared = &*self.connection;
+        let mut replies: Vec<Option<RedisResult<Answer>>> = commands.iter().map(|_| None).collect();
+        for _ in 0..2 {
+            let pending: Vec<usize> = (0..commands.len())
+                .filter(|&i| !matches!(&replies[i], Some(Ok(_))))
+                .collect();
+            let mut pipe = ::redis::pipe();
+            pipe.ignore_errors();
+            for &i in &pending {
+                pipe.add_command(commands[i].clone());
+            }
+            let answer = pipe.query_async::<Vec<RedisResult<Answer>>>(&mut link);
+            match tokio::time::timeout(self.timeout, answer).await {
+                Ok(Ok(answers)) => {
+                    for (&i, answer) in pending.iter().zip(answers) {
+                        replies[i] = Some(answer);
+                    }
+                }
+                Ok(Err(error)) if !error.is_timeout() => {
+                    return (replies, Some(shared.classify(generation, error)));
+                }
+                Ok(Err(_)) | Err(_) => {
+                    shared.timed_out(generation);
+                    let after = self.timeout;
+                    return (replies, Some(Fault::Timeout { after }));
+                }
+            }
+            let forgotten = replies
+                .iter()
+                .any(|reply| matches!(reply, Some(Err(e)) if is_noscript(e)));
+            if !forgotten {
+                break;
+            }
+            let load = shared.script.load_async(&mut link);
+            match tokio::time::timeout(self.timeout, load).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(error)) => return (replies, Some(shared.classify(generation, error))),
+                Err(_) => {
+                    let after = self.timeout;
+                    return (replies, Some(Fault::Timeout { after }));
+                }
+            }
+        }
+        (replies, None)
+    }
+
     /// One call of the bucket script on `key`: take `n` (peek for 0), from a full bucket if the
     /// key is absent, doing nothing past `deadline_us` in Redis time.
     fn command(&self, key: &str, n: u32, deadline_us: i64) -> Cmd {
@@ -265,15 +290,11 @@ impl Inner {
         };
         let ceiling = pair(l.ceiling_units as u128);
         let debt = pair(l.max_debt_units);
-        // The key is one argument: the prefix and the key written into one buffer.
-        let mut name = Vec::with_capacity(self.prefix.len() + key.len());
-        name.extend_from_slice(self.prefix.as_bytes());
-        name.extend_from_slice(key.as_bytes());
         let mut command = ::redis::cmd("EVALSHA");
         command
             .arg(self.connection.script.get_hash())
             .arg(1)
-            .arg(name)
+            .arg(self.name(key))
             .arg(if n == 0 { "peek" } else { "take" })
             .arg(l.units_per_us)
             .arg(ceiling.0)

@@ -57,6 +57,7 @@
 
 mod answers;
 mod builder;
+mod cluster;
 mod connection;
 mod error;
 mod keyed;

@@ -192,5 +192,14 @@ fn a_pipeline_answers_as_one_call_at_a_time() {
         };
         assert!(close(&many), "pipelined {many:?}");
         assert!(close(&one_by_one), "one at a time {one_by_one:?}");
+
+        // A server that forgot the script answers NOSCRIPT to the whole pipeline, which ran
+        // nothing: the script is loaded and the calls sent again, each taking once.
+        assert_eq!(server.command(&["SCRIPT", "FLUSH"]), "+OK");
+        let again = pipelined
+            .try_acquire_many(&[("d", 1), ("d", 1), ("e", 5)])
+            .await;
+        let again: Vec<_> = again.iter().map(summary).collect();
+        assert_eq!(again, [Ok(4), Ok(3), Ok(0)]);
     });
 }
