@@ -6,6 +6,7 @@
 
 mod bounds;
 mod clock;
+mod cluster;
 mod faults;
 mod giving_up;
 mod keyed;
