@@ -176,44 +176,61 @@ fn redis(c: &mut Criterion) {
 fn modes(rt: &tokio::runtime::Runtime, client: &RedisConnection, server: &Server, quota: Quota) {
     const RUN: Duration = Duration::from_secs(1);
     const KEYS: usize = 64;
-    let report = |mode: &str, decisions: u64, trips: u64, scripts: u64, took: Duration| {
-        println!(
-            "modes/{mode}: {:.0} decisions/s, {:.4} round trips per decision ({trips} round \
-             trips, {scripts} script runs, {decisions} decisions in {took:.2?})",
-            decisions as f64 / took.as_secs_f64(),
-            trips as f64 / decisions as f64,
-        );
-    };
+    let report =
+        |mode: &str, decisions: u64, granted: u64, trips: u64, scripts: u64, took: Duration| {
+            println!(
+                "modes/{mode}: {:.0} decisions/s, {:.2e} round trips per decision ({decisions} \
+             decisions, {granted} granted, {trips} round trips, {scripts} script runs, in \
+             {took:.2?})",
+                decisions as f64 / took.as_secs_f64(),
+                trips as f64 / decisions as f64,
+            );
+        };
     let bucket = rt
         .block_on(RedisBucket::builder(client, "modes", quota).connect())
         .expect("connect");
     let before = server.script_round_trips();
-    let (decisions, took) = rt.block_on(async {
-        let (began, mut decisions) = (Instant::now(), 0u64);
+    let (decisions, granted, took) = rt.block_on(async {
+        let (began, mut decisions, mut granted) = (Instant::now(), 0u64, 0u64);
         while began.elapsed() < RUN {
-            black_box(bucket.try_acquire(1).await.is_ok());
+            granted += u64::from(black_box(bucket.try_acquire(1).await.is_ok()));
             decisions += 1;
         }
-        (decisions, began.elapsed())
+        (decisions, granted, began.elapsed())
     });
     let scripts = server.script_round_trips() - before;
-    report("plain try_acquire", decisions, decisions, scripts, took);
+    report(
+        "plain try_acquire",
+        decisions,
+        granted,
+        decisions,
+        scripts,
+        took,
+    );
 
     let keyed = RedisKeyed::new(client, "modes:", quota).expect("keyed");
     let names: Vec<String> = (0..KEYS).map(|i| format!("user{i}")).collect();
     let requests: Vec<(&str, u32)> = names.iter().map(|name| (name.as_str(), 1)).collect();
     let before = server.script_round_trips();
-    let (decisions, trips, took) = rt.block_on(async {
-        let (began, mut decisions, mut trips) = (Instant::now(), 0u64, 0u64);
+    let (decisions, granted, trips, took) = rt.block_on(async {
+        let (began, mut decisions, mut granted, mut trips) = (Instant::now(), 0u64, 0u64, 0u64);
         while began.elapsed() < RUN {
             let answers = keyed.try_acquire_many(&requests).await;
-            decisions += black_box(answers.iter().filter(|answer| answer.is_ok()).count()) as u64;
+            decisions += answers.len() as u64;
+            granted += black_box(answers.iter().filter(|answer| answer.is_ok()).count()) as u64;
             trips += 1;
         }
-        (decisions, trips, began.elapsed())
+        (decisions, granted, trips, began.elapsed())
     });
     let scripts = server.script_round_trips() - before;
-    report("keyed, 64 keys a pipeline", decisions, trips, scripts, took);
+    report(
+        "keyed, 64 keys a pipeline",
+        decisions,
+        granted,
+        trips,
+        scripts,
+        took,
+    );
 
     for (mode, quota) in [
         ("leased, all granted", quota),
@@ -228,18 +245,25 @@ fn modes(rt: &tokio::runtime::Runtime, client: &RedisConnection, server: &Server
             .expect("connect");
         let leased = LeasedBucket::new(bucket, Duration::from_millis(100));
         let before = server.script_round_trips();
-        let (decisions, took) = rt.block_on(async {
-            let (began, mut decisions) = (Instant::now(), 0u64);
+        let (decisions, granted, took) = rt.block_on(async {
+            let (began, mut decisions, mut granted) = (Instant::now(), 0u64, 0u64);
             while began.elapsed() < RUN {
                 for _ in 0..1_000 {
-                    black_box(leased.try_acquire(1).await.is_ok());
+                    granted += u64::from(black_box(leased.try_acquire(1).await.is_ok()));
                 }
                 decisions += 1_000;
             }
-            (decisions, began.elapsed())
+            (decisions, granted, began.elapsed())
         });
         let scripts = server.script_round_trips() - before;
-        report(mode, decisions, leased.round_trips(), scripts, took);
+        report(
+            mode,
+            decisions,
+            granted,
+            leased.round_trips(),
+            scripts,
+            took,
+        );
     }
 }
 

@@ -10,10 +10,14 @@
 //! moment again (bounded by one burst, the same as a restart).
 //!
 //! **Keys that must share a slot** use a hash tag: only the part between the first `{` and
-//! the next `}` is hashed. [`RedisKeyed`](super::RedisKeyed) decides keys on different slots
-//! concurrently, one pipeline per slot; give keys that are usually asked for together one tag
-//! (`"{tenant42}:user:alice"`, `"{tenant42}:user:bob"`) to keep them in one round trip. Buckets
-//! combined by [`Limits`](crate::Limits) need no shared slot: each is decided by its own call.
+//! the next `}` is hashed, so `"{tenant42}:user:alice"` and `"{tenant42}:user:bob"` share one.
+//! Each bucket here touches its own key alone, so no key needs a tag to work. Two things do:
+//! [`RedisKeyed`](super::RedisKeyed) decides keys on different slots concurrently, one
+//! pipeline per slot, so keys usually asked for together take one round trip only if they
+//! share a tag; and several Redis buckets taken all or none, as [`Limits`](crate::Limits) takes
+//! local ones, could be decided by one script only if their keys share a slot (Redis refuses a
+//! script whose keys span slots with `CROSSSLOT`, an error the caller sees, never a fault). No
+//! such combined call exists yet: give those keys one tag now so that it can.
 
 use std::string::{String, ToString};
 use std::vec::Vec;
@@ -73,9 +77,14 @@ impl RedisConnection {
     /// checks it within a second: the client has read the cluster's slots and a master answers
     /// `PING`. Buckets built from it keep each key's state on the key's slot.
     ///
-    /// The cluster client holds one connection per node, follows redirections and failovers by
-    /// itself, and never waits longer than a call's timeout for one: see the
-    /// [module](super::cluster) for what a failover costs.
+    /// The cluster client holds one connection per node and follows redirections and failovers
+    /// by itself, within each call's timeout. While a slot has no master (one killed, until its
+    /// replica takes over), calls on it are faults that the bucket's policy decides. Replication
+    /// is asynchronous: a failover may lose the writes the replica had not yet received, and
+    /// the fleet may take those tokens again (at most one burst for calls that run no debt, as
+    /// after a restart). A key's hash tag (`"{tenant42}:alice"`: only the part in braces is
+    /// hashed) chooses its slot: [`RedisKeyed`](super::RedisKeyed) sends one pipeline per
+    /// slot, and several buckets taken all or none by one script would need one slot.
     pub async fn connect_cluster(nodes: &[&str]) -> Result<Self, SetupError> {
         let client = ClusterClient::builder(nodes.iter().map(|node| node.to_string()))
             .connection_timeout(core::time::Duration::from_millis(500))

@@ -1,27 +1,7 @@
 //! [`LeasedBucket`]: a [`RedisBucket`]'s tokens taken in leases of many at a time, and granted
 //! from the lease in this process at local speed.
 //!
-//! A lease is one [`reserve`](RedisBucket::reserve) of `k` tokens in Redis, so leasing moves
-//! tokens out of the shared bucket and never makes any: the fleet's grants from the start are
-//! within `burst + rate × t`, as without leases. The lease's tokens come due in this process no
-//! earlier than in Redis (a reservation that ran the shared bucket into debt is due later, and
-//! its tokens come due one by one at the quota's rate, the last at the reservation's `wait`,
-//! counted from when its answer arrived), and they are granted only within the lease's
-//! lifetime; those unused then are lost to everyone. A lease replaced early gives back what it
-//! did not use by [`cancel`](RedisBucket::cancel)'s rule: what is not yet due, less what later
-//! reservations have counted on.
-//!
-//! **The size `k` adapts to this process's demand**: it doubles each time a lease is used up
-//! within its lifetime (up to the quota's burst, and to what the rate yields in half a
-//! lifetime) and falls to what the last lease used (at least one token) when a lease expires
-//! with tokens left. A busy process thus makes a round trip per `k` grants, an idle one holds
-//! one token.
-//!
-//! **The cost**: a token taken by one process's lease may sit unused there for at most one
-//! lifetime while another process is refused, and at most one lease's worth (`k`) per process
-//! per lifetime is lost. Over any window shorter than the run, grants may exceed
-//! `burst + rate × window` by up to `rate × lifetime`, since a lease taken before the window
-//! may be spent within it.
+//! See the type for the rule that sizes a lease and what leasing costs.
 
 use core::time::Duration;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -32,8 +12,29 @@ use super::answers::Held;
 use super::{Error, Fault, RedisBucket, RedisReservation, Source};
 use crate::Denied;
 
-/// A [`RedisBucket`] whose tokens this process takes `k` at a time: see the
-/// [module](self) for the rule that sizes `k` and what leasing costs.
+/// A [`RedisBucket`] whose tokens this process takes `k` at a time.
+///
+/// A lease is one [`reserve`](RedisBucket::reserve) of `k` tokens in Redis, so leasing moves
+/// tokens out of the shared bucket and never makes any: the fleet's grants from the start are
+/// within `burst + rate × t`, as without leases. The lease's tokens come due in this process no
+/// earlier than in Redis (a reservation that ran the shared bucket into debt is due later, and
+/// its tokens come due one by one at the quota's rate, the last at the reservation's `wait`,
+/// counted from when its answer arrived), and they are granted only within the lease's
+/// lifetime; those unused then are lost to everyone. A lease replaced early gives back what it
+/// did not use by [`cancel`](RedisBucket::cancel)'s rule: what is not yet due, less what later
+/// reservations have counted on.
+///
+/// **The size `k` adapts to this process's demand**: it doubles each time a lease is used up
+/// within its lifetime (up to the quota's burst, and to what the rate yields in half a
+/// lifetime) and falls to what the last lease used (at least one token) when a lease expires
+/// with tokens left. A busy process thus makes a round trip per `k` grants, an idle one holds
+/// one token.
+///
+/// **The cost**: a token taken by one process's lease may sit unused there for at most one
+/// lifetime while another process is refused, and at most one lease's worth (`k`) per process
+/// per lifetime is lost. Over any window shorter than the run, grants may exceed
+/// `burst + rate × window` by up to `rate × lifetime`, since a lease taken before the window
+/// may be spent within it.
 ///
 /// ```no_run
 /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
