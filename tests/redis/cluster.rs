@@ -145,6 +145,39 @@ impl Cluster {
             .expect("a key on every master")
     }
 
+    /// Moves `key`'s slot, with its keys, from the master at `from` to the one at `to`, as
+    /// `redis-cli --cluster reshard` does, pausing at each step so that clients meet each
+    /// state: the slot migrating (`ASK` for keys already moved), then owned by `to` (`MOVED`).
+    fn move_slot(&self, key: &str, from: u16, to: u16, pause: Duration) {
+        let slot = cli(from, &["CLUSTER", "KEYSLOT", key]);
+        let (from_id, to_id) = (
+            cli(from, &["CLUSTER", "MYID"]),
+            cli(to, &["CLUSTER", "MYID"]),
+        );
+        assert_eq!(
+            cli(to, &["CLUSTER", "SETSLOT", &slot, "IMPORTING", &from_id]),
+            "OK"
+        );
+        assert_eq!(
+            cli(from, &["CLUSTER", "SETSLOT", &slot, "MIGRATING", &to_id]),
+            "OK"
+        );
+        std::thread::sleep(pause);
+        let keys = cli(from, &["CLUSTER", "GETKEYSINSLOT", &slot, "100"]);
+        assert!(keys.contains(key), "{key} is not in its slot: {keys:?}");
+        for moved in keys.lines().filter(|line| !line.is_empty()) {
+            let port = to.to_string();
+            let args = ["MIGRATE", "127.0.0.1", &port, moved, "0", "5000"];
+            assert_eq!(cli(from, &args), "OK", "MIGRATE {moved}");
+        }
+        std::thread::sleep(pause);
+        for (port, child) in &self.nodes {
+            if child.is_some() {
+                cli(*port, &["CLUSTER", "SETSLOT", &slot, "NODE", &to_id]);
+            }
+        }
+    }
+
     /// Kills the node at `port` at once, as a crash would.
     fn kill(&mut self, port: u16) {
         for (node, child) in &mut self.nodes {
@@ -374,4 +407,91 @@ fn keys_spread_over_every_master() {
         let answers = limiter.try_acquire_many(&requests).await;
         assert!(answers.iter().all(|answer| answer.is_ok()), "{answers:?}");
     });
+}
+
+/// A bucket's slot moves to another master mid-run, through `ASK` while it migrates and `MOVED`
+/// after: two clients calling every 20 ms for 4 s (10/s, burst 10, failing closed) are served
+/// throughout (no gap of a second), and since the bucket moves with its key (`MIGRATE` keeps
+/// the value and its expiry) their grants stay within `10 + 10/s × 4 s`, with nothing allowed
+/// for the move.
+#[test]
+fn a_moved_slot_is_followed_within_the_bound() {
+    let _serial = serial();
+    let cluster = Cluster::start();
+    let masters: Vec<u16> = cluster.masters().iter().map(|(port, _)| *port).collect();
+    let key = cluster.key_on(masters[0], "moving-");
+    let urls = cluster.urls();
+    let run = Duration::from_secs(4);
+    let grants = Arc::new(Mutex::new(Vec::<u64>::new()));
+    let began = Instant::now();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let clients = rt.spawn({
+        let grants = Arc::clone(&grants);
+        let key = key.clone();
+        async move {
+            let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
+            let mut tasks = tokio::task::JoinSet::new();
+            for _client in 0..2 {
+                let connection = RedisConnection::connect_cluster(&nodes).await.unwrap();
+                let bucket = RedisBucket::builder(&connection, key.clone(), quota())
+                    .timeout(Duration::from_millis(200))
+                    .connect_lazy()
+                    .unwrap();
+                let grants = Arc::clone(&grants);
+                tasks.spawn(async move {
+                    let mut tick = tokio::time::interval(Duration::from_millis(20));
+                    while began.elapsed() < run {
+                        tick.tick().await;
+                        match bucket.try_acquire(1).await {
+                            Ok(grant) => {
+                                assert_eq!(grant.source, Source::Redis);
+                                grants
+                                    .lock()
+                                    .unwrap()
+                                    .push(began.elapsed().as_millis() as u64);
+                            }
+                            Err(error) if error.retry_after().is_some() => {}
+                            Err(error) => panic!("{error}"),
+                        }
+                    }
+                });
+            }
+            while let Some(task) = tasks.join_next().await {
+                task.expect("client task");
+            }
+        }
+    });
+    std::thread::sleep(Duration::from_millis(1_000));
+    cluster.move_slot(&key, masters[0], masters[1], Duration::from_millis(500));
+    rt.block_on(clients).expect("clients");
+    let elapsed_ms = began.elapsed().as_millis() as u64;
+    let mut grants = grants.lock().unwrap().clone();
+    grants.sort();
+    let bound = BURST + RATE * elapsed_ms / 1_000;
+    let gap = grants
+        .windows(2)
+        .map(|pair| pair[1] - pair[0])
+        .max()
+        .unwrap_or(0);
+    println!(
+        "moved slot: {} grants, bound {bound}, longest gap {gap} ms",
+        grants.len()
+    );
+    assert!(
+        grants.len() as u64 <= bound,
+        "{} grants exceed {bound}",
+        grants.len()
+    );
+    assert!(
+        grants.len() as u64 >= bound * 9 / 10,
+        "{} grants of {bound}",
+        grants.len()
+    );
+    assert!(gap < 1_000, "a gap of {gap} ms");
+    // The key lives on the new master now.
+    assert_eq!(cli(masters[1], &["EXISTS", &key]), "1");
 }
