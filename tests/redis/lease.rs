@@ -160,3 +160,54 @@ fn the_lease_follows_the_demand() {
         );
     });
 }
+
+/// A lease released before its tokens are due gives them back, and only them: a lease of two
+/// tokens taken from an empty bucket (10/s, burst 10) is refused locally until its first token
+/// is due; released, the shared bucket is as if it had never been taken (full in a second, not
+/// 1.2 s), and nobody can take a token that is not there.
+#[test]
+fn a_released_lease_gives_back_only_what_is_not_due() {
+    let _serial = serial();
+    let server = RedisServer::start();
+    runtime().block_on(async {
+        let connection = RedisConnection::connect(Client::open(server.url()).unwrap())
+            .await
+            .unwrap();
+        let quota = Quota::new(Rate::per_second(10)).burst(10);
+        let build = || {
+            RedisBucket::builder(&connection, "give-back", quota)
+                .timeout(Duration::from_secs(1))
+                .connect()
+        };
+        let plain = build().await.unwrap();
+        let leased = LeasedBucket::new(build().await.unwrap(), Duration::from_secs(2));
+        // A lease of one token, due at once, used at once.
+        assert_eq!(leased.try_acquire(1).await.unwrap(), Source::Redis);
+        plain.try_acquire(9).await.unwrap();
+        // The next lease is two tokens, 100 and 200 ms into debt: not granted yet.
+        let refused = leased.try_acquire(1).await.unwrap_err();
+        let retry_after = refused.retry_after().unwrap();
+        assert!(
+            retry_after > Duration::from_millis(50) && retry_after <= Duration::from_millis(100),
+            "{refused}"
+        );
+        assert_eq!(leased.round_trips(), 2);
+        let before = plain.level().await.unwrap();
+        assert!(
+            before.until_full > Duration::from_millis(1_100),
+            "{before:?}"
+        );
+        leased.release().await.unwrap();
+        assert_eq!(leased.round_trips(), 3);
+        let after = plain.level().await.unwrap();
+        assert!(
+            after.until_full <= Duration::from_millis(1_000)
+                && after.until_full > Duration::from_millis(800),
+            "{after:?} after the release, {before:?} before"
+        );
+        assert!(plain.try_acquire(1).await.is_err(), "a token appeared");
+        // Nothing more to give back.
+        leased.release().await.unwrap();
+        assert_eq!(leased.round_trips(), 3);
+    });
+}
