@@ -154,9 +154,24 @@ impl LeasedBucket {
         self.give_back_spent().await;
         let size = self.state().next_size.max(n);
         let mut leased = self.lease(size).await;
-        if size > n && matches!(&leased, Err(error) if error.retry_after().is_some()) {
-            // Not `size` tokens within half a lifetime: perhaps `n`.
-            leased = self.lease(n).await;
+        if let Err(Error::Denied {
+            denied: Denied::Insufficient { retry_after },
+            source,
+        }) = &leased
+        {
+            // Not `size` tokens within half a lifetime. `n` come `size - n` tokens' time
+            // sooner: ask for them now if that is now, else say when.
+            let sooner = Duration::from_nanos(((size - n) as u64).saturating_mul(self.token_ns));
+            if size > n && *retry_after <= sooner {
+                leased = self.lease(n).await;
+            } else {
+                leased = Err(Error::Denied {
+                    denied: Denied::Insufficient {
+                        retry_after: retry_after.saturating_sub(sooner),
+                    },
+                    source: *source,
+                });
+            }
         }
         let mut state = self.state();
         match leased {
