@@ -355,3 +355,11 @@ impl Inner {
         }
     }
 }
+
+// One limiter serves every task of a process, and its calls run on any of them.
+const _: fn() = || {
+    fn send<T: Send + Sync>() {}
+    fn send_future<T: Send>(_: &T) {}
+    send::<RedisKeyed>();
+    let _ = |keyed: &RedisKeyed| send_future(&keyed.try_acquire_many(&[]));
+};

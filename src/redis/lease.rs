@@ -326,3 +326,12 @@ impl LeasedBucket {
         self.bucket.cancel(unused_part).await
     }
 }
+
+// A leased bucket is shared by the tasks of a process, and its calls run on any of them.
+const _: fn() = || {
+    fn send<T: Send + Sync>() {}
+    fn send_future<T: Send>(_: &T) {}
+    send::<LeasedBucket>();
+    let _ = |leased: &LeasedBucket| send_future(&leased.try_acquire(1));
+    let _ = |leased: &LeasedBucket| send_future(&leased.release());
+};
