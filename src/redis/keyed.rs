@@ -135,47 +135,60 @@ impl RedisKeyed {
         let inner = &*self.inner;
         let shared = &*inner.connection;
         let (generation, link) = shared.manager();
-        let deadline_us = shared.redis_now_us() + (inner.timeout / 2).as_micros() as i64;
-        // The requests each pipeline carries, by index.
-        let mut groups: Vec<(Option<Slot>, Vec<usize>)> = Vec::new();
-        for (i, &(key, n)) in requests.iter().enumerate() {
-            if n as u64 > inner.layout.burst {
-                continue;
-            }
-            let slot = link.is_cluster().then(|| Slot::for_key(inner.name(key)));
-            match groups.iter_mut().find(|(group, _)| *group == slot) {
-                Some((_, members)) => members.push(i),
-                None => groups.push((slot, std::vec![i])),
-            }
-        }
-        let sent = groups.iter().map(|(_, members)| {
-            let commands = members
-                .iter()
-                .map(|&i| inner.command(requests[i].0, requests[i].1, deadline_us))
-                .collect();
-            inner.send(generation, link.clone(), commands)
-        });
-        let answers = futures_util::future::join_all(sent).await;
-        let seen_us = shared.local_us();
         let mut results: Vec<Option<Result<Answer, Fault>>> =
             requests.iter().map(|_| None).collect();
-        for ((_, members), (replies, fault)) in groups.iter().zip(answers) {
-            for (&i, reply) in members.iter().zip(replies) {
-                results[i] = Some(match reply {
-                    Some(Ok(answer)) => {
-                        shared.saw_redis_time(answer.3, seen_us);
-                        Ok(answer)
-                    }
-                    Some(Err(error)) => Err(shared.classify(generation, error)),
-                    None => Err(match &fault {
-                        Some(Fault::Redis(error)) => Fault::Redis(error.clone()),
-                        Some(Fault::Rejected(error)) => Fault::Rejected(error.clone()),
-                        _ => Fault::Timeout {
-                            after: inner.timeout,
-                        },
-                    }),
-                });
+        let mut todo: Vec<usize> = (0..requests.len())
+            .filter(|&i| requests[i].1 as u64 <= inner.layout.burst)
+            .collect();
+        // Twice at most: calls that Redis ran past their deadline did nothing, and if they were
+        // answered well within the timeout, Redis's clock had moved on from the estimate (a
+        // step forward): they are sent again with a fresh one, as `RedisBucket` does.
+        for _ in 0..2 {
+            if todo.is_empty() {
+                break;
             }
+            let sent_us = shared.local_us();
+            let deadline_us = shared.redis_now_us() + (inner.timeout / 2).as_micros() as i64;
+            // The requests each pipeline carries, by index.
+            let mut groups: Vec<(Option<Slot>, Vec<usize>)> = Vec::new();
+            for &i in &todo {
+                let slot = link
+                    .is_cluster()
+                    .then(|| Slot::for_key(inner.name(requests[i].0)));
+                match groups.iter_mut().find(|(group, _)| *group == slot) {
+                    Some((_, members)) => members.push(i),
+                    None => groups.push((slot, std::vec![i])),
+                }
+            }
+            let sent = groups.iter().map(|(_, members)| {
+                let commands = members
+                    .iter()
+                    .map(|&i| inner.command(requests[i].0, requests[i].1, deadline_us))
+                    .collect();
+                inner.send(generation, link.clone(), commands)
+            });
+            let answers = futures_util::future::join_all(sent).await;
+            let seen_us = shared.local_us();
+            for ((_, members), (replies, fault)) in groups.iter().zip(answers) {
+                for (&i, reply) in members.iter().zip(replies) {
+                    results[i] = Some(match reply {
+                        Some(Ok(answer)) => {
+                            shared.saw_redis_time(answer.3, seen_us);
+                            Ok(answer)
+                        }
+                        Some(Err(error)) => Err(shared.classify(generation, error)),
+                        None => Err(match &fault {
+                            Some(Fault::Redis(error)) => Fault::Redis(error.clone()),
+                            Some(Fault::Rejected(error)) => Fault::Rejected(error.clone()),
+                            _ => Fault::Timeout {
+                                after: inner.timeout,
+                            },
+                        }),
+                    });
+                }
+            }
+            let quick = seen_us - sent_us < (inner.timeout / 4).as_micros() as i64;
+            todo.retain(|&i| quick && matches!(results[i], Some(Ok((status, ..))) if status < 0));
         }
         requests
             .iter()

@@ -203,3 +203,30 @@ fn a_pipeline_answers_as_one_call_at_a_time() {
         assert_eq!(again, [Ok(4), Ok(3), Ok(0)]);
     });
 }
+
+/// The server's clock steps a minute forward (`redis-server` under libfaketime): the first
+/// pipeline after it runs past the deadline estimated from the old clock and does nothing, and
+/// is sent again at once with a fresh one. No call fails, none takes twice.
+#[test]
+fn a_clock_step_forward_fails_no_call() {
+    let _serial = serial();
+    let server = RedisServer::start_with_movable_clock();
+    runtime().block_on(async {
+        let connection = RedisConnection::connect(Client::open(server.url()).unwrap())
+            .await
+            .unwrap();
+        let quota = Quota::new(Rate::per_hour(1)).burst(5);
+        let limiter = RedisKeyed::new(&connection, "step:", quota).unwrap();
+        limiter.try_acquire("a", 1).await.unwrap(); // the client learns Redis's clock
+        server.set_clock(60);
+        let answers = limiter.try_acquire_many(&[("a", 1), ("b", 2)]).await;
+        let remaining: Vec<u64> = answers
+            .iter()
+            .map(|answer| match answer {
+                Ok(grant) => grant.level.unwrap().remaining,
+                Err(error) => panic!("{error}"),
+            })
+            .collect();
+        assert_eq!(remaining, [3, 3]);
+    });
+}
