@@ -57,9 +57,12 @@
 
 mod answers;
 mod builder;
+mod cluster;
 mod connection;
 mod error;
+mod keyed;
 mod layout;
+mod lease;
 mod line;
 #[cfg(test)]
 mod tests;
@@ -74,6 +77,8 @@ pub use self::answers::{FaultPolicy, Grant, Level, RedisReservation, Source};
 pub use self::builder::Builder;
 pub use self::connection::RedisConnection;
 pub use self::error::{Error, Fault, SetupError};
+pub use self::keyed::RedisKeyed;
+pub use self::lease::LeasedBucket;
 /// The `redis` crate's client, from which a [`RedisConnection`] connects.
 pub use ::redis::Client;
 

@@ -6,8 +6,11 @@
 
 mod bounds;
 mod clock;
+mod cluster;
 mod faults;
 mod giving_up;
+mod keyed;
+mod lease;
 mod nginx;
 mod sharing;
 mod support;
