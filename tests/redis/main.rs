@@ -8,6 +8,7 @@ mod bounds;
 mod clock;
 mod faults;
 mod giving_up;
+mod jitter;
 mod nginx;
 mod sharing;
 mod support;
