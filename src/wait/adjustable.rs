@@ -6,7 +6,7 @@
 
 use core::time::Duration;
 
-use super::{ReserveCancel, ReserveNow};
+use super::gate::{ReserveCancel, ReserveNow};
 use crate::engine::layout::Layout;
 use crate::{AdjustableBucket, AdjustableWord, Clock, Denied};
 
