@@ -11,7 +11,9 @@
 //! Waits ([`acquire`](RedisBucket::acquire)) reserve nothing in Redis: a bucket's callers wait
 //! in a line in this process (`line`), as the local waits do, and only its head asks Redis to
 //! take, when its tokens are due. A wait that gives up has taken nothing. There is no line
-//! across processes: each process's head competes in Redis.
+//! across processes: each process's head competes in Redis. A wait that slept then sleeps the
+//! bucket's [`Jitter`] ([`Builder::jitter`]) holding its tokens, and gives them back if dropped
+//! meanwhile: the crate's one wait frame (`wait`, over `crate::wait`).
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {

@@ -34,10 +34,10 @@ pub(crate) mod tokio;
 pub(crate) use self::blocking::acquire_blocking;
 #[cfg(feature = "embedded-hal")]
 pub(crate) use self::delay::acquire_with_delay;
-#[cfg(feature = "redis")]
-pub(crate) use self::gate::{ReserveCancel, ReserveLater};
 #[cfg(any(feature = "std", feature = "embedded-hal"))]
 pub(crate) use self::gate::{jitter_after, CancelOnDrop, ReserveNow};
+#[cfg(feature = "redis")]
+pub(crate) use self::gate::{ReserveCancel, ReserveLater};
 pub use self::jitter::Jitter;
 #[cfg(feature = "tokio")]
 pub(crate) use self::tokio::acquire_async;
