@@ -59,9 +59,12 @@
 
 mod answers;
 mod builder;
+mod cluster;
 mod connection;
 mod error;
+mod keyed;
 mod layout;
+mod lease;
 mod line;
 #[cfg(test)]
 mod tests;
@@ -77,6 +80,8 @@ pub use self::answers::{FaultPolicy, Grant, Level, RedisReservation, Source};
 pub use self::builder::Builder;
 pub use self::connection::RedisConnection;
 pub use self::error::{Error, Fault, SetupError};
+pub use self::keyed::RedisKeyed;
+pub use self::lease::LeasedBucket;
 /// The `redis` crate's client, from which a [`RedisConnection`] connects.
 pub use ::redis::Client;
 
@@ -263,9 +268,9 @@ impl RedisBucket {
         }
     }
 
-    /// Gives a reservation's tokens back: all of them, less those that reservations made after
-    /// it (by any process) have already counted on, and none once it is due (the rule of Go's
-    /// `CancelAt`, as the local bucket's [`cancel`](TokenBucket::cancel)). Never gives back
+    /// Gives a reservation's tokens back, by the local bucket's rule
+    /// ([`cancel`](TokenBucket::cancel)): all of them while it is not due and nothing came
+    /// after it (a reservation or take by any process, a pause), none otherwise. Never gives back
     /// more than was taken, never fills the bucket beyond its burst, and gives nothing back
     /// into a key created after the reservation (deleted and used again, or lost in a restart).
     ///

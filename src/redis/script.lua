@@ -171,22 +171,17 @@ if op == 'take' then
   keep()
   return reply(0)
 elseif op == 'cancel' then
-  -- Go's CancelAt: all the tokens back, less those that later reservations counted on, and
-  -- none once the reservation is due, nor into another incarnation of the key.
+  -- The local bucket's cancel (`Layout::give_back`): all the tokens back while the reservation
+  -- is not due and nothing came after it (the bucket still ends where it left it); nothing
+  -- once it is due, once anything moved the bucket since, nor into another incarnation of the
+  -- key.
   local cost, due = pair(13), pair(15)
-  if absent or epoch ~= tonumber(ARGV[17]) or not less(now_pair, due) then
+  if absent or epoch ~= tonumber(ARGV[17]) or not less(now_pair, due)
+      or less(z, due) or less(due, z) then
     keep()
     return reply(0)
   end
-  local overtaken = sub(z, due)
-  if overtaken[1] < 0 then
-    overtaken = {0, 0}
-  end
-  if not less(overtaken, cost) then
-    keep()
-    return reply(0)
-  end
-  z = sub(z, sub(cost, overtaken))
+  z = sub(z, cost)
   if less(z, floor) then
     z = floor
   end

@@ -120,7 +120,8 @@ impl Layout {
         self.restored(word, now_units, cost)
     }
 
-    /// The word with `restore` units more, capped by the burst; `None` when that adds nothing.
+    /// The word with `restore` units more, capped by the ceiling (the most the bucket holds, as
+    /// the Redis script caps it); `None` when that adds nothing.
     #[inline]
     fn restored(&self, word: u64, now_units: u64, restore: u64) -> Option<u64> {
         if restore == 0 {
@@ -128,8 +129,8 @@ impl Layout {
         }
         let level = self.level(word, now_units);
         let raised = level
-            .saturating_add(restore.min(self.burst_units) as i64)
-            .min(self.burst_units as i64);
+            .saturating_add(restore.min(self.ceiling_units) as i64)
+            .min(self.ceiling_units as i64);
         (raised > level).then(|| self.at_level(now_units, raised))
     }
 
@@ -295,15 +296,15 @@ impl Layout {
     /// acted on. Gives back what the bucket would hold had the take never happened, or less:
     /// without the take the level was higher by `cost`, less what the burst cap has since cut
     /// from that history, and that is at most what accrued beyond the burst since the take
-    /// (`now - due + cost - burst`). So it gives back `min(cost, burst - (now - due))`, capped by
-    /// the burst, whatever immediate grants others took in between: a denied caller loses nobody
-    /// a token. But a bucket in debt that has moved since the take gives back nothing: a later
+    /// (`now - due + cost - ceiling`, the ceiling being the most the bucket holds). So it gives
+    /// back `min(cost, ceiling - (now - due))`, capped by the ceiling, whatever immediate grants
+    /// others took in between: a denied caller loses nobody a token. But a bucket in debt that has moved since the take gives back nothing: a later
     /// reservation counts on those tokens, or a pause holds it, and neither may be cut short.
     pub(crate) fn refund(&self, word: u64, now_units: u64, due: u64, cost: u64) -> Option<u64> {
         if word != due && self.level(word, now_units) < 0 {
             return None;
         }
-        let headroom = (self.burst_units as i64).saturating_sub(self.elapsed(now_units, due));
+        let headroom = (self.ceiling_units as i64).saturating_sub(self.elapsed(now_units, due));
         let restore = (cost as i64).min(headroom);
         if restore <= 0 {
             return None;
