@@ -65,7 +65,8 @@ fn four_processes_share_one_bucket() {
 async fn draw_until_the_end() {
     let start_us: u64 = setting("START_US").parse().unwrap();
     let end_us: u64 = setting("END_US").parse().unwrap();
-    let client = RedisConnection::new(Client::open(setting("REDIS_URL")).unwrap()).unwrap();
+    let client =
+        RedisConnection::connect_lazy(Client::open(setting("REDIS_URL")).unwrap()).unwrap();
     let quota = Quota::new(Rate::per_second(RATE)).burst(BURST);
     let bucket = RedisBucket::builder(&client, "shared", quota)
         .timeout(Duration::from_secs(1))
@@ -122,7 +123,7 @@ fn idle_keys_vanish_when_the_bucket_is_full() {
     let _serial = serial();
     let server = RedisServer::start();
     runtime().block_on(async {
-        let client = RedisConnection::new(Client::open(server.url()).unwrap()).unwrap();
+        let client = RedisConnection::connect_lazy(Client::open(server.url()).unwrap()).unwrap();
         let quota = Quota::new(Rate::per_second(10)).burst(10);
         let bucket = RedisBucket::builder(&client, "idle", quota)
             .policy(FaultPolicy::FailClosed)
