@@ -290,7 +290,6 @@ fn a_killed_master_keeps_every_policy_within_its_bound() {
                     .connect_lazy()
                     .unwrap();
                 let grants = Arc::clone(&grants);
-                let faults = Arc::clone(&faults);
                 tasks.spawn(async move {
                     let mut tick = tokio::time::interval(Duration::from_millis(20));
                     while began.elapsed() < run {
@@ -445,6 +444,7 @@ fn a_moved_slot_is_followed_within_the_bound() {
                     .connect_lazy()
                     .unwrap();
                 let grants = Arc::clone(&grants);
+                let faults = Arc::clone(&faults);
                 tasks.spawn(async move {
                     let mut tick = tokio::time::interval(Duration::from_millis(20));
                     while began.elapsed() < run {
