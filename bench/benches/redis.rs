@@ -92,9 +92,10 @@ fn redis(c: &mut Criterion) {
     // A rate no benchmark exhausts: every call is granted and costs one script run.
     let quota = Quota::new(Rate::per_second(1_000_000_000)).burst(1_000_000);
     let _runtime = rt.enter();
-    let client =
-        RedisConnection::new(Client::open(format!("redis://127.0.0.1:{}/", server.port)).unwrap())
-            .unwrap();
+    let client = RedisConnection::connect_lazy(
+        Client::open(format!("redis://127.0.0.1:{}/", server.port)).unwrap(),
+    )
+    .unwrap();
     let bucket = rt
         .block_on(
             RedisBucket::builder(&client, "bench", quota)

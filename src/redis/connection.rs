@@ -64,7 +64,13 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 impl RedisConnection {
     /// Sets up the connection without reaching Redis: the first call connects. Call it within
     /// a tokio runtime.
-    pub fn new(client: Client) -> Result<Self, SetupError> {
+    ///
+    /// Named as [`Builder::connect_lazy`](super::Builder::connect_lazy) is, not `new` and
+    /// `try_new` as the crate's in-memory types are: a connection is I/O set up on a runtime,
+    /// so it can fail however it is called ([`SetupError::NoRuntime`] outside a runtime, or a
+    /// client whose settings make no connection), and there is no panicking form to offer
+    /// beside it. [`connect`](Self::connect) also reaches Redis before it returns.
+    pub fn connect_lazy(client: Client) -> Result<Self, SetupError> {
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(SetupError::NoRuntime);
         }
@@ -91,11 +97,12 @@ impl RedisConnection {
         }
     }
 
-    /// Sets up the connection and checks it within a second: the server is reached, accepts
+    /// Sets up the connection and checks it within a second, as
+    /// [`connect_lazy`](Self::connect_lazy) and then a round trip: the server is reached, accepts
     /// the credentials and answers `PING`. [`SetupError::Unreachable`] if it could not be
     /// reached, [`SetupError::Refused`] if it answered with an error.
     pub async fn connect(client: Client) -> Result<Self, SetupError> {
-        let connection = Self::new(client)?;
+        let connection = Self::connect_lazy(client)?;
         let mut manager = connection.shared.manager().1;
         let command = ::redis::cmd("PING");
         let ping = command.query_async::<()>(&mut manager);

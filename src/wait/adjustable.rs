@@ -6,7 +6,7 @@
 
 use core::time::Duration;
 
-use super::ReserveCancel;
+use super::gate::{ReserveCancel, ReserveNow};
 use crate::engine::layout::Layout;
 use crate::{AdjustableBucket, AdjustableWord, Clock, Denied};
 
@@ -23,24 +23,6 @@ pub(crate) struct AdjustableTake {
 impl<C: Clock, W: AdjustableWord> ReserveCancel for AdjustableBucket<C, W> {
     type Cost = u32;
     type Taken = AdjustableTake;
-
-    fn reserve_now(&self, n: u32) -> Result<AdjustableTake, Denied> {
-        let now = self.clock().now();
-        self.update(
-            |p, word, now_units| {
-                let cost_units = p.cost(n)?;
-                let (due_units, ()) = p.take_now::<C>(word, now, now_units, cost_units)?;
-                let take = AdjustableTake {
-                    params: *p,
-                    due_units,
-                    cost_units,
-                    made_ticks: now,
-                };
-                Ok((due_units, take))
-            },
-            now,
-        )
-    }
 
     fn cancel(&self, taken: AdjustableTake) {
         let now = self.clock().now();
@@ -59,6 +41,26 @@ impl<C: Clock, W: AdjustableWord> ReserveCancel for AdjustableBucket<C, W> {
             },
             now,
         );
+    }
+}
+
+impl<C: Clock, W: AdjustableWord> ReserveNow for AdjustableBucket<C, W> {
+    fn reserve_now(&self, n: u32) -> Result<AdjustableTake, Denied> {
+        let now = self.clock().now();
+        self.update(
+            |p, word, now_units| {
+                let cost_units = p.cost(n)?;
+                let (due_units, ()) = p.take_now::<C>(word, now, now_units, cost_units)?;
+                let take = AdjustableTake {
+                    params: *p,
+                    due_units,
+                    cost_units,
+                    made_ticks: now,
+                };
+                Ok((due_units, take))
+            },
+            now,
+        )
     }
 }
 

@@ -68,7 +68,8 @@ fn four_leasing_processes_stay_within_the_bound() {
 async fn lease_until_the_end() {
     let start_us: u64 = setting("START_US").parse().unwrap();
     let end_us: u64 = setting("END_US").parse().unwrap();
-    let connection = RedisConnection::new(Client::open(setting("REDIS_URL")).unwrap()).unwrap();
+    let connection =
+        RedisConnection::connect_lazy(Client::open(setting("REDIS_URL")).unwrap()).unwrap();
     let quota = Quota::new(Rate::per_second(RATE)).burst(BURST);
     let bucket = RedisBucket::builder(&connection, "leased", quota)
         .timeout(Duration::from_secs(1))

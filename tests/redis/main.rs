@@ -9,6 +9,7 @@ mod clock;
 mod cluster;
 mod faults;
 mod giving_up;
+mod jitter;
 mod keyed;
 mod lease;
 mod nginx;
