@@ -216,7 +216,12 @@ mod tests {
             waiters.map(|w| w.join().unwrap())
         });
         for waited in waited {
-            assert!(waited.unwrap() >= ms(200));
+            let waited = waited.unwrap();
+            // Under miri the sleeps run on its emulated clock, not for the wall time asked, so
+            // only the count below is pinned there.
+            if !cfg!(miri) {
+                assert!(waited >= ms(200), "{waited:?}");
+            }
         }
         // Exactly four tokens were taken: none were left behind or taken twice.
         let accrued = clock.now() / 100_000_000;
