@@ -12,7 +12,7 @@ use crate::{ConfigError, Denied, Pause, Quota, TickRate};
 /// Set in a slot's version when it holds a generation's parameters.
 const VALID: u64 = 1 << 32;
 /// Parameters packed into a slot.
-const FIELDS: usize = 16;
+const FIELDS: usize = 7;
 
 /// A token bucket whose rate and burst can change while other threads acquire
 /// ([`set_quota`](Self::set_quota)), with no lock on the acquire path.
@@ -153,44 +153,41 @@ impl Slot {
 }
 
 fn pack(p: &Layout) -> [u64; FIELDS] {
+    let bytes = [
+        p.shift,
+        p.fraction_bits,
+        p.quanta_spare_bits,
+        p.word_bits,
+        u8::from(p.exact),
+        0,
+        0,
+        0,
+    ];
     [
-        u64::from(p.shift),
-        p.quanta_mask,
         p.units_per_quantum.get(),
-        p.units_mask,
+        p.units_per_token.get(),
         p.modulus,
         p.negative_from,
-        p.units_per_token.get(),
-        p.burst,
-        p.burst_units,
-        p.max_debt_units,
-        p.start_units,
-        p.horizon_ticks,
-        p.unused,
-        u64::from(p.exact),
-        u64::from(p.fraction_bits),
         p.ceiling_units,
+        p.start_units,
+        u64::from_le_bytes(bytes),
     ]
 }
 
 fn unpack(f: &[u64; FIELDS]) -> Option<Layout> {
+    let [shift, fraction_bits, quanta_spare_bits, word_bits, exact, ..] = f[6].to_le_bytes();
     Some(Layout {
-        shift: u32::try_from(f[0]).ok()?,
-        quanta_mask: f[1],
-        units_per_quantum: NonZeroU64::new(f[2])?,
-        units_mask: f[3],
-        modulus: f[4],
-        negative_from: f[5],
-        units_per_token: NonZeroU64::new(f[6])?,
-        burst: f[7],
-        burst_units: f[8],
-        max_debt_units: f[9],
-        start_units: f[10],
-        horizon_ticks: f[11],
-        unused: f[12],
-        exact: f[13] != 0,
-        fraction_bits: u32::try_from(f[14]).ok()?,
-        ceiling_units: f[15],
+        units_per_quantum: NonZeroU64::new(f[0])?,
+        units_per_token: NonZeroU64::new(f[1])?,
+        modulus: f[2],
+        negative_from: f[3],
+        ceiling_units: f[4],
+        start_units: f[5],
+        shift,
+        fraction_bits,
+        quanta_spare_bits,
+        word_bits,
+        exact: exact != 0,
     })
 }
 
@@ -318,7 +315,7 @@ impl<C: Clock, W: AdjustableWord> AdjustableBucket<C, W> {
 
     /// The current burst.
     pub fn burst(&self) -> u64 {
-        self.current().1.burst
+        self.current().1.burst()
     }
 
     /// The longest pause the current layout holds: as

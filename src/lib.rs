@@ -83,13 +83,20 @@ extern crate std;
 
 // Each condition the crate builds on is spelled once, here, as `cfg_<name>!(op; items)`, which
 // puts `#[cfg(op(condition))]` on each item (`any` for the condition, `not` for its complement);
-// the `with_*!` macros name the uses.
+// the `with_*!` macros name the uses. `cfg_atomic64!(op, attr; items)` keeps the items
+// everywhere and puts `attr` on them where `op(condition)` holds.
 
 /// Native 64-bit atomics, or loom (whose atomics are always 64-bit, so the models see these
 /// items too): `AdjustableBucket`, `ManualClock`, the `u64` default word.
 macro_rules! cfg_atomic64 {
     ($op:ident; $($item:item)*) => {
-        $( #[cfg($op(any(loom, target_has_atomic = "64")))] $item )*
+        $( $crate::cfg_atomic64!(@ cfg $op []; $item); )*
+    };
+    ($op:ident, $attr:meta; $($item:item)*) => {
+        $( $crate::cfg_atomic64!(@ cfg_attr $op [, $attr]; $item); )*
+    };
+    (@ $kind:ident $op:ident [$($attr:tt)*]; $item:item) => {
+        #[$kind($op(any(loom, target_has_atomic = "64")) $($attr)*)] $item
     };
 }
 /// A lock-free 128-bit atomic, which holds `AdjustableBucket`'s 64-bit word beside its

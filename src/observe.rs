@@ -103,12 +103,15 @@ forward!(&O);
 #[cfg(feature = "std")]
 forward!(std::sync::Arc<O>);
 
-/// The atomics counters are kept in: 64 bits where the target has them, else 32 bits that wrap
-/// (never portable-atomic's 64-bit fallback, a lock an interrupt handler could deadlock on).
-#[cfg(target_has_atomic = "64")]
-type Cell = crate::engine::sync::AtomicU64;
-#[cfg(not(target_has_atomic = "64"))]
-type Cell = crate::engine::sync::AtomicU32;
+// The atomics counters are kept in: 64 bits where the target has them, else 32 bits that wrap
+// (never portable-atomic's 64-bit fallback, a lock an interrupt handler could deadlock on).
+// Loom never builds this module, so the condition is the target's.
+crate::with_atomic64! {
+    type Cell = crate::engine::sync::AtomicU64;
+}
+crate::without_atomic64! {
+    type Cell = crate::engine::sync::AtomicU32;
+}
 
 /// Counts of calls and tokens granted, denied and made to wait: relaxed atomic adds, usable in a
 /// `static`, in `no_std` and in interrupt handlers.
@@ -303,67 +306,69 @@ impl<O: Observe> Drop for Waiting<'_, O> {
     }
 }
 
-#[cfg(all(test, target_has_atomic = "64"))]
-mod tests {
-    use super::*;
-    use crate::{ManualClock, Quota, Rate};
+#[cfg(test)]
+crate::with_atomic64! {
+    mod tests {
+        use super::*;
+        use crate::{ManualClock, Quota, Rate};
 
-    #[test]
-    fn an_unused_observer_adds_nothing() {
-        type Bucket<'a> = TokenBucket<&'a ManualClock>;
-        assert_eq!(core::mem::size_of::<()>(), 0);
-        assert_eq!(
-            core::mem::size_of::<Counted<Bucket<'_>, ()>>(),
-            core::mem::size_of::<Bucket<'_>>()
-        );
-    }
-
-    #[test]
-    fn reservations_count_as_grants_that_waited_and_refusals_as_denials() {
-        let clock = ManualClock::new();
-        let bucket =
-            TokenBucket::try_new(Quota::new(Rate::per_second(10)).burst(4), &clock).unwrap();
-        let counters = Counters::new();
-        let gate = Counted::new(bucket, &counters);
-        // (call, granted?)
-        assert!(gate.reserve(4, Duration::ZERO).is_ok()); // at once
-        assert!(gate.reserve(2, Duration::from_millis(200)).is_ok()); // due in 200 ms
-        assert!(gate.reserve(1, Duration::from_millis(200)).is_err()); // would wait 300 ms
-        assert!(gate.try_acquire(5).is_err()); // beyond the burst
-        assert!(gate.try_acquire(0).is_ok());
-        assert_eq!(
-            counters.counts(),
-            Counts {
-                granted_calls: 3,
-                granted_tokens: 6,
-                denied_calls: 2,
-                denied_tokens: 6,
-                waited_calls: 1,
-                waited_tokens: 2,
-                waiting: 0,
-            }
-        );
-    }
-
-    #[cfg(feature = "embedded-hal")]
-    #[test]
-    fn waits_through_a_delay_are_counted() {
-        /// A delay that moves the manual clock on instead of sleeping.
-        struct Advance<'a>(&'a ManualClock);
-        impl embedded_hal::delay::DelayNs for Advance<'_> {
-            fn delay_ns(&mut self, ns: u32) {
-                self.0.advance(Duration::from_nanos(ns.into()));
-            }
+        #[test]
+        fn an_unused_observer_adds_nothing() {
+            type Bucket<'a> = TokenBucket<&'a ManualClock>;
+            assert_eq!(core::mem::size_of::<()>(), 0);
+            assert_eq!(
+                core::mem::size_of::<Counted<Bucket<'_>, ()>>(),
+                core::mem::size_of::<Bucket<'_>>()
+            );
         }
-        let clock = ManualClock::new();
-        let quota = Quota::new(Rate::per_second(10)).burst(10).start_empty();
-        let counters = Counters::new();
-        let gate = Counted::new(TokenBucket::try_new(quota, &clock).unwrap(), &counters);
-        let waited = gate.acquire_with_delay(2, &mut Advance(&clock));
-        assert_eq!(waited, Ok(Duration::from_millis(200)));
-        assert!(gate.acquire_with_delay(11, &mut Advance(&clock)).is_err());
-        let counts = counters.counts();
-        assert_eq!((counts.granted_calls, counts.waited_tokens), (1, 2));
-        assert_eq!((counts.denied_calls, counts.waiting), (1, 0));
+
+        #[test]
+        fn reservations_count_as_grants_that_waited_and_refusals_as_denials() {
+            let clock = ManualClock::new();
+            let bucket =
+                TokenBucket::try_new(Quota::new(Rate::per_second(10)).burst(4), &clock).unwrap();
+            let counters = Counters::new();
+            let gate = Counted::new(bucket, &counters);
+            // (call, granted?)
+            assert!(gate.reserve(4, Duration::ZERO).is_ok()); // at once
+            assert!(gate.reserve(2, Duration::from_millis(200)).is_ok()); // due in 200 ms
+            assert!(gate.reserve(1, Duration::from_millis(200)).is_err()); // would wait 300 ms
+            assert!(gate.try_acquire(5).is_err()); // beyond the burst
+            assert!(gate.try_acquire(0).is_ok());
+            assert_eq!(
+                counters.counts(),
+                Counts {
+                    granted_calls: 3,
+                    granted_tokens: 6,
+                    denied_calls: 2,
+                    denied_tokens: 6,
+                    waited_calls: 1,
+                    waited_tokens: 2,
+                    waiting: 0,
+                }
+            );
+        }
+
+        #[cfg(feature = "embedded-hal")]
+        #[test]
+        fn waits_through_a_delay_are_counted() {
+            /// A delay that moves the manual clock on instead of sleeping.
+            struct Advance<'a>(&'a ManualClock);
+            impl embedded_hal::delay::DelayNs for Advance<'_> {
+                fn delay_ns(&mut self, ns: u32) {
+                    self.0.advance(Duration::from_nanos(ns.into()));
+                }
+            }
+            let clock = ManualClock::new();
+            let quota = Quota::new(Rate::per_second(10)).burst(10).start_empty();
+            let counters = Counters::new();
+            let gate = Counted::new(TokenBucket::try_new(quota, &clock).unwrap(), &counters);
+            let waited = gate.acquire_with_delay(2, &mut Advance(&clock));
+            assert_eq!(waited, Ok(Duration::from_millis(200)));
+            assert!(gate.acquire_with_delay(11, &mut Advance(&clock)).is_err());
+            let counts = counters.counts();
+            assert_eq!((counts.granted_calls, counts.waited_tokens), (1, 2));
+            assert_eq!((counts.denied_calls, counts.waiting), (1, 0));
+        }
     }
 }

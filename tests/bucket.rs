@@ -49,7 +49,7 @@ fn run_table_on<C: Clock, W: Word>(
     clock: &ManualClock,
     rows: &[(u64, u32, Expect)],
 ) {
-    let quota = *bucket.quota();
+    let quota = bucket.quota();
     for &(at_ms, n, expect) in rows {
         clock.set(at_ms * MS);
         let got = match bucket.try_acquire(n) {

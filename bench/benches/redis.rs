@@ -1,6 +1,8 @@
 //! The Redis bucket on one connection to a local `redis-server` (started here, on a free
 //! loopback port): Redis round trips per acquire, and acquisitions per second, one at a time
-//! and many in flight.
+//! and many in flight; then the fleet's three modes side by side (one call per decision, many
+//! keys' decisions in one pipeline, leased tokens), in decisions a second and round trips per
+//! decision.
 //!
 //! `cargo bench --features redis --bench redis`, which installs `redis-server` if it must (see
 //! `tests/support/system.rs`).
@@ -12,7 +14,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use tollgate::redis::{Client, RedisBucket, RedisConnection};
+use tollgate::redis::{Client, LeasedBucket, RedisBucket, RedisConnection, RedisKeyed};
 use tollgate::{Quota, Rate};
 
 /// `redis-server`: found on this machine, or installed (as the tests do).
@@ -90,9 +92,10 @@ fn redis(c: &mut Criterion) {
     // A rate no benchmark exhausts: every call is granted and costs one script run.
     let quota = Quota::new(Rate::per_second(1_000_000_000)).burst(1_000_000);
     let _runtime = rt.enter();
-    let client =
-        RedisConnection::new(Client::open(format!("redis://127.0.0.1:{}/", server.port)).unwrap())
-            .unwrap();
+    let client = RedisConnection::connect_lazy(
+        Client::open(format!("redis://127.0.0.1:{}/", server.port)).unwrap(),
+    )
+    .unwrap();
     let bucket = rt
         .block_on(
             RedisBucket::builder(&client, "bench", quota)
@@ -165,6 +168,104 @@ fn redis(c: &mut Criterion) {
         })
     });
     group.finish();
+
+    modes(&rt, &client, &server, quota);
+}
+
+/// Decisions for about a second in each mode, one task: decisions a second, and round trips
+/// per decision (counted by the caller, and by the server's script calls).
+fn modes(rt: &tokio::runtime::Runtime, client: &RedisConnection, server: &Server, quota: Quota) {
+    const RUN: Duration = Duration::from_secs(1);
+    const KEYS: usize = 64;
+    let report =
+        |mode: &str, decisions: u64, granted: u64, trips: u64, scripts: u64, took: Duration| {
+            println!(
+                "modes/{mode}: {:.0} decisions/s, {:.2e} round trips per decision ({decisions} \
+             decisions, {granted} granted, {trips} round trips, {scripts} script runs, in \
+             {took:.2?})",
+                decisions as f64 / took.as_secs_f64(),
+                trips as f64 / decisions as f64,
+            );
+        };
+    let bucket = rt
+        .block_on(RedisBucket::builder(client, "modes", quota).connect())
+        .expect("connect");
+    let before = server.script_round_trips();
+    let (decisions, granted, took) = rt.block_on(async {
+        let (began, mut decisions, mut granted) = (Instant::now(), 0u64, 0u64);
+        while began.elapsed() < RUN {
+            granted += u64::from(black_box(bucket.try_acquire(1).await.is_ok()));
+            decisions += 1;
+        }
+        (decisions, granted, began.elapsed())
+    });
+    let scripts = server.script_round_trips() - before;
+    report(
+        "plain try_acquire",
+        decisions,
+        granted,
+        decisions,
+        scripts,
+        took,
+    );
+
+    let keyed = RedisKeyed::new(client, "modes:", quota).expect("keyed");
+    let names: Vec<String> = (0..KEYS).map(|i| format!("user{i}")).collect();
+    let requests: Vec<(&str, u32)> = names.iter().map(|name| (name.as_str(), 1)).collect();
+    let before = server.script_round_trips();
+    let (decisions, granted, trips, took) = rt.block_on(async {
+        let (began, mut decisions, mut granted, mut trips) = (Instant::now(), 0u64, 0u64, 0u64);
+        while began.elapsed() < RUN {
+            let answers = keyed.try_acquire_many(&requests).await;
+            decisions += answers.len() as u64;
+            granted += black_box(answers.iter().filter(|answer| answer.is_ok()).count()) as u64;
+            trips += 1;
+        }
+        (decisions, granted, trips, began.elapsed())
+    });
+    let scripts = server.script_round_trips() - before;
+    report(
+        "keyed, 64 keys a pipeline",
+        decisions,
+        granted,
+        trips,
+        scripts,
+        took,
+    );
+
+    for (mode, quota) in [
+        ("leased, all granted", quota),
+        // 1000/s: nearly every decision a local denial.
+        (
+            "leased, 1000/s (mostly denied)",
+            Quota::new(Rate::per_second(1_000)).burst(100),
+        ),
+    ] {
+        let bucket = rt
+            .block_on(RedisBucket::builder(client, mode, quota).connect())
+            .expect("connect");
+        let leased = LeasedBucket::new(bucket, Duration::from_millis(100));
+        let before = server.script_round_trips();
+        let (decisions, granted, took) = rt.block_on(async {
+            let (began, mut decisions, mut granted) = (Instant::now(), 0u64, 0u64);
+            while began.elapsed() < RUN {
+                for _ in 0..1_000 {
+                    granted += u64::from(black_box(leased.try_acquire(1).await.is_ok()));
+                }
+                decisions += 1_000;
+            }
+            (decisions, granted, began.elapsed())
+        });
+        let scripts = server.script_round_trips() - before;
+        report(
+            mode,
+            decisions,
+            granted,
+            leased.round_trips(),
+            scripts,
+            took,
+        );
+    }
 }
 
 criterion_group!(benches, redis);

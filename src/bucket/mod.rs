@@ -66,7 +66,6 @@ pub use pause::Pause;
 pub struct TokenBucket<C, W: Word = DefaultWord> {
     word: W::Atomic,
     params: Layout,
-    quota: Quota,
     clock: C,
 }
 
@@ -158,7 +157,6 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
         Self {
             word: W::UNUSED,
             params,
-            quota,
             clock,
         }
     }
@@ -171,9 +169,8 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
             Err(error) => panic!("{}", error.message()),
         };
         Self {
-            word: W::cell(params.unused),
+            word: W::cell(params.unused()),
             params,
-            quota,
             clock,
         }
     }
@@ -194,7 +191,6 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
         Ok(Self {
             word: W::cell(word),
             params,
-            quota,
             clock,
         })
     }
@@ -208,7 +204,7 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
         if n == 0 {
             return Ok(());
         }
-        let cost = self.params.cost(n)?;
+        let cost = self.params.cost_on::<W>(n)?;
         self.cell().try_take::<C>(self.clock.now(), cost)
     }
 
@@ -350,7 +346,7 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
         let p = &self.params;
         // The never-used mark is not an instant, so it cannot age; starting the bucket here
         // would apply its start fill early.
-        if W::load(&self.word) == p.unused {
+        if W::load(&self.word) == p.unused() {
             return;
         }
         let _already_fresh = self.update(self.clock.now(), |word, now_units| {
@@ -406,9 +402,23 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
         self.params.is_exact()
     }
 
-    /// The quota this bucket was built from.
-    pub fn quota(&self) -> &Quota {
-        &self.quota
+    /// The quota this bucket enforces: the rate, burst and start fill it was built with. The
+    /// bucket keeps no copy of its quota (it fits in one cache line), so this is worked out from
+    /// its layout: where [`is_exact`](Self::is_exact) is false, the rate is the rounded-down
+    /// rate it enforces (the one [`tick_rate`](Self::tick_rate) gives, in nanoseconds), and a
+    /// window quota ([`Quota::within`]) comes back as the rate and burst it was split into.
+    ///
+    /// ```
+    /// use tollgate::{ManualClock, Quota, Rate, TokenBucket};
+    ///
+    /// let quota = Quota::new(Rate::per_minute(171)).burst(20).start_with(5);
+    /// let bucket = TokenBucket::try_new(quota, ManualClock::new())?;
+    /// assert_eq!(bucket.quota().rate(), Rate::per_minute(171));
+    /// assert_eq!((bucket.quota().burst_size(), bucket.quota().start_fill()), (20, 5));
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn quota(&self) -> Quota {
+        self.params.quota(C::TICKS_PER_SECOND)
     }
 
     /// The clock this bucket reads.
@@ -432,10 +442,10 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
     }
 }
 
-impl<C: fmt::Debug, W: Word> fmt::Debug for TokenBucket<C, W> {
+impl<C: Clock + fmt::Debug, W: Word> fmt::Debug for TokenBucket<C, W> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TokenBucket")
-            .field("quota", &self.quota)
+            .field("quota", &self.quota())
             .field("word", &W::load(&self.word))
             .field("clock", &self.clock)
             .finish()
@@ -483,8 +493,8 @@ mod tests {
         let now_units = word.wrapping_add(p.negative_from); // reads as 2^63 units ahead
         assert_eq!(p.elapsed(now_units, word), i64::MIN);
         let missing = p.units_to_full(word, now_units);
-        assert_eq!(missing as u128, p.burst_units as u128 + (1u128 << 63));
-        assert_eq!(p.units_to_full(p.unused, now_units), 0); // starts full
+        assert_eq!(missing as u128, p.burst_units() as u128 + (1u128 << 63));
+        assert_eq!(p.units_to_full(p.unused(), now_units), 0); // starts full
     }
 
     #[test]
@@ -492,8 +502,8 @@ mod tests {
         // A transition landing exactly on the mark stores the next unit instead.
         let p =
             Layout::solve(&Quota::new(Rate::per_second(1)).burst(1), 1_000_000_000, 64).unwrap();
-        let mark = p.unused;
-        let full = mark.wrapping_sub(p.burst_units);
+        let mark = p.unused();
+        let full = mark.wrapping_sub(p.burst_units());
         let (word, _) = p.take(full, mark, p.units_per_token.get(), 0).unwrap();
         assert_eq!(word, mark.wrapping_add(1));
     }

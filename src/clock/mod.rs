@@ -3,6 +3,8 @@
 
 use core::time::Duration;
 
+use crate::engine::div::{div, div_ceil};
+
 /// A monotonic clock that the caller injects into a bucket.
 ///
 /// The frequency is a constant, so a bucket converts its rate into clock ticks once, at
@@ -41,12 +43,26 @@ impl<C: Clock + ?Sized> Clock for &C {
 
 /// The whole nanoseconds of `ticks`, rounded up: a wait is never reported shorter than it is.
 pub(crate) fn ticks_to_duration_ceil<C: Clock + ?Sized>(ticks: u64) -> Duration {
+    const NANOS_PER_SECOND: u64 = 1_000_000_000;
     let per_second = C::TICKS_PER_SECOND;
-    let secs = ticks / per_second;
-    let rem = ticks % per_second;
-    let nanos = (rem as u128 * 1_000_000_000).div_ceil(per_second as u128) as u32;
-    if nanos == 1_000_000_000 {
-        Duration::new(secs + 1, 0)
+    // Decided at compile time: a nanosecond clock (the TSC, `StdClock`) needs no scaling, and
+    // below 18 GHz the remainder's nanoseconds fit a `u64`, so the divisions are by constants
+    // (multiplications) rather than a 128-bit division routine.
+    if per_second == NANOS_PER_SECOND {
+        return Duration::from_nanos(ticks);
+    }
+    let secs = div(ticks, per_second);
+    let rem = ticks - secs * per_second;
+    let nanos = if per_second <= u64::MAX / NANOS_PER_SECOND {
+        div_ceil(rem * NANOS_PER_SECOND, per_second) as u32
+    } else {
+        (rem as u128 * NANOS_PER_SECOND as u128).div_ceil(per_second as u128) as u32
+    };
+    // nanos is at most 10^9; comparing with `>=` shows the compiler that `Duration::new` has
+    // nothing to carry, so no panic path is linked and an unread `retry_after` costs nothing.
+    // (secs < u64::MAX: the addition cannot saturate.)
+    if nanos >= 1_000_000_000 {
+        Duration::new(secs.saturating_add(1), 0)
     } else {
         Duration::new(secs, nanos)
     }

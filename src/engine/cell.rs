@@ -39,10 +39,35 @@ impl<'a, W: Word> WordCell<'a, W> {
     #[inline]
     pub(crate) fn read(&self, now_units: u64) -> u64 {
         let word = W::load(self.word);
-        if word == self.params.unused {
+        if word == self.params.unused() {
             self.params.fresh(now_units)
         } else {
             word
+        }
+    }
+
+    /// The never-used mark of this word, a constant.
+    const UNUSED: u64 = crate::engine::word::unused_mark(W::BITS);
+
+    /// [`Layout::units_at`] with what the word's width decides settled at compile time: the
+    /// 64-bit word is never read in fixed point and its units are never masked (they wrap at
+    /// 2^64, or stay below a smaller modulus by construction), so its hot path has no branch on
+    /// either; the 32-bit word's units are the low half of a 64-bit number.
+    #[inline]
+    fn units_at(&self, now_ticks: u64) -> u64 {
+        let p = self.params;
+        let quanta = if p.shift == 0 {
+            now_ticks
+        } else {
+            (now_ticks >> p.shift) & p.quanta_mask()
+        };
+        let product = quanta.wrapping_mul(p.units_per_quantum.get());
+        if W::BITS == 64 {
+            product
+        } else if p.fraction_bits == 0 {
+            u64::from(product as u32)
+        } else {
+            product >> 32
         }
     }
 
@@ -54,9 +79,10 @@ impl<'a, W: Word> WordCell<'a, W> {
         now_ticks: u64,
         mut transition: impl FnMut(u64, u64) -> Result<(u64, T), E>,
     ) -> Result<T, E> {
-        let now_units = self.params.units_at(now_ticks);
+        let now_units = self.units_at(now_ticks);
+        debug_assert_eq!(now_units, self.params.units_at(now_ticks));
         let mut word = W::load(self.word);
-        if word == self.params.unused {
+        if word == Self::UNUSED {
             word = self.first_use(now_units);
         }
         loop {
@@ -98,7 +124,7 @@ impl<'a, W: Word> WordCell<'a, W> {
         loop {
             let now_ticks = clock.now();
             let now_units = self.params.units_at(now_ticks);
-            if word == self.params.unused {
+            if word == self.params.unused() {
                 word = self.first_use(now_units);
             }
             let (new, out) = transition(word, now_ticks, now_units)?;
@@ -115,9 +141,9 @@ impl<'a, W: Word> WordCell<'a, W> {
     fn first_use(&self, now_units: u64) -> u64 {
         let fresh = self.params.fresh(now_units);
         loop {
-            match W::compare_exchange(self.word, self.params.unused, fresh) {
+            match W::compare_exchange(self.word, self.params.unused(), fresh) {
                 Ok(()) => return fresh,
-                Err(actual) if actual != self.params.unused => return actual,
+                Err(actual) if actual != self.params.unused() => return actual,
                 Err(_spurious) => {}
             }
         }

@@ -51,6 +51,7 @@
 
 mod approx;
 mod pause;
+mod quota;
 mod transition;
 
 use core::num::NonZeroU64;
@@ -69,46 +70,133 @@ const BURST_SHARE_BITS: u32 = 9;
 /// The 32-bit word rounds a rate down by at most one part in this many.
 const FIXED_MAX_ROUNDING: u128 = 1_000;
 
-/// A bucket's configuration in the word's units.
+/// A bucket's configuration in the word's units: six words and five bytes, so that a bucket on a
+/// zero-sized clock (this and its word) fits in one 64-byte cache line. Everything the solver
+/// can derive from these is a method, not a field: the burst, its units, the debt bound, the
+/// idle horizon, the masks and the never-used mark.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Layout {
-    /// The clock is read to 2^`shift` ticks.
-    pub shift: u32,
-    /// Quanta are taken modulo `quanta_mask + 1`.
-    pub quanta_mask: u64,
     /// `A`: units in one quantum; in fixed point, `M`: units in one tick times 2^32.
     pub units_per_quantum: NonZeroU64,
-    /// 0 for quanta; 32 in fixed point, where units are the high half of `ticks · M`.
-    pub fraction_bits: u32,
-    /// Units are taken modulo `units_mask + 1` after multiplying.
-    pub units_mask: u64,
-    /// `W`, the word's modulus; 0 stands for 2^64.
-    pub modulus: u64,
-    /// Differences at or above it read as negative: `W / 2` on the 64-bit word, `W - burst`
-    /// on the 32-bit word.
-    pub negative_from: u64,
     /// `U`: units in one token.
     pub units_per_token: NonZeroU64,
-    /// The capacity in tokens.
-    pub burst: u64,
-    /// The capacity in units.
-    pub burst_units: u64,
+    /// `W`, the word's modulus; 0 stands for 2^64.
+    pub modulus: u64,
+    /// Differences at or above it read as negative: `W / 2` on the 64-bit word, `W` less the
+    /// negative window on the 32-bit word.
+    pub negative_from: u64,
     /// The most units the bucket holds: the burst plus less than one step of the reading, at
     /// most a token's fraction (`burst + min(step, U) - 1`). A caller polling at every step then
     /// keeps the fraction of a token a step brought beyond the burst, so the cap never eats the
     /// rate, while no instant grants more than the burst in whole tokens.
     pub ceiling_units: u64,
-    /// The deepest debt reservations and pauses may run, in units: `W / 4` on the 64-bit word,
-    /// one burst on the 32-bit word.
-    pub max_debt_units: u64,
     /// The start fill in units.
     pub start_units: u64,
-    /// How long the word stays readable without a write, in ticks (saturating).
-    pub horizon_ticks: u64,
-    /// The never-used mark.
-    pub unused: u64,
+    /// The clock is read to 2^`shift` ticks.
+    pub shift: u8,
+    /// 0 for quanta; 32 in fixed point, where units are the high half of `ticks · M`.
+    pub fraction_bits: u8,
+    /// Quanta are taken modulo 2^(64 - `quanta_spare_bits`).
+    pub quanta_spare_bits: u8,
+    /// The word's width: 32 or 64.
+    pub word_bits: u8,
     /// Whether the enforced rate is the quota's rate exactly, rather than rounded down.
     pub exact: bool,
+}
+
+/// What the layout derives from its fields, off the grant path.
+impl Layout {
+    /// The capacity in units: the ceiling less the part of a step it keeps beyond the burst.
+    #[inline]
+    pub(crate) const fn burst_units(&self) -> u64 {
+        let step = self.step_units();
+        let upt = self.units_per_token.get();
+        self.ceiling_units + 1 - if step < upt { step } else { upt }
+    }
+
+    /// The capacity in tokens.
+    #[inline]
+    pub(crate) const fn burst(&self) -> u64 {
+        crate::engine::div::div(self.burst_units(), self.units_per_token.get())
+    }
+
+    /// The deepest debt reservations and pauses may run, in units: `W / 4` on the 64-bit word,
+    /// one burst on the 32-bit word.
+    #[inline]
+    pub(crate) const fn max_debt_units(&self) -> u64 {
+        if self.word_bits == 32 {
+            self.burst_units()
+        } else if self.modulus == 0 {
+            1 << 62
+        } else {
+            self.modulus / 4
+        }
+    }
+
+    /// The never-used mark: the top bit of the word (a choice of two constants, not a shift,
+    /// which on a 32-bit core would be a dozen instructions).
+    #[inline]
+    pub(crate) const fn unused(&self) -> u64 {
+        if self.word_bits == 32 {
+            crate::engine::word::unused_mark(32)
+        } else {
+            crate::engine::word::unused_mark(64)
+        }
+    }
+
+    /// The mask quanta are taken with.
+    #[inline]
+    pub(crate) const fn quanta_mask(&self) -> u64 {
+        u64::MAX >> self.quanta_spare_bits
+    }
+
+    /// The mask units are taken with after multiplying: the 32-bit word's 32 bits, and none on
+    /// the 64-bit word. (In the 32-bit word's quanta layouts the product stays below the modulus,
+    /// at most 2^32, so the mask changes nothing there.)
+    #[inline]
+    pub(crate) const fn units_mask(&self) -> u64 {
+        if self.word_bits == 32 {
+            u32::MAX as u64
+        } else {
+            u64::MAX
+        }
+    }
+
+    /// The modulus as a `u128`, 2^64 included.
+    const fn ring(&self) -> u128 {
+        if self.modulus == 0 {
+            1 << 64
+        } else {
+            self.modulus as u128
+        }
+    }
+
+    /// How long the word stays readable without a write, in ticks (saturating): a full bucket
+    /// idle that long still reads below `negative_from`.
+    pub(crate) const fn horizon_ticks(&self) -> u64 {
+        let m = self.units_per_quantum.get() as u128;
+        let ticks = if self.fraction_bits == 0 {
+            // A full bucket idle for h quanta reads its ceiling + h · A (the ceiling is below the
+            // burst plus one quantum).
+            let ceiling_bound = self.burst_units() as u128 + m;
+            let quanta = (self.negative_from as u128 - 1 - ceiling_bound) / m;
+            if quanta > (u64::MAX >> self.shift) as u128 {
+                return u64::MAX;
+            }
+            quanta << self.shift
+        } else {
+            // Idle from a full write: the reading stays below `negative_from` while
+            // ceiling + floor(ticks · M / 2^32) + 1 < W - window.
+            let window = self.ring() - self.negative_from as u128;
+            let room = self.ring() - (window + self.ceiling_units as u128 + 2);
+            (room << self.fraction_bits) / m
+        };
+        if ticks > u64::MAX as u128 {
+            u64::MAX
+        } else {
+            ticks as u64
+        }
+    }
 }
 
 impl Layout {
@@ -266,7 +354,7 @@ impl Layout {
 impl Layout {
     /// How long the word stays readable without a write.
     pub(crate) fn idle_horizon<C: crate::Clock + ?Sized>(&self) -> core::time::Duration {
-        let ticks = self.horizon_ticks;
+        let ticks = self.horizon_ticks();
         let per_second = C::TICKS_PER_SECOND;
         let nanos = (ticks % per_second) as u128 * 1_000_000_000 / per_second as u128;
         core::time::Duration::new(ticks / per_second, nanos as u32)
@@ -355,34 +443,25 @@ const fn fixed_point(
     // one burst's refill.
     let step = m.div_ceil(1 << f);
     // (Two steps more, for the rounding of a reading at either end of the step back.)
-    let (max_debt, window) = (burst_units, 2 * burst_units + 2 * step);
+    // The deepest debt is one burst (`Layout::max_debt_units`).
+    let window = 2 * burst_units + 2 * step;
     let ceiling = burst_units + min(step, units_per_token) - 1;
     // Idle from a full write: the reading stays below `negative_from` while
     // ceiling + floor(ticks · M / 2^32) + 1 < W - window.
-    let Some(room) = ring.checked_sub(window + ceiling + 2) else {
+    if ring < window + ceiling + 2 {
         return Err(ConfigError::Unrepresentable);
-    };
-    let horizon = (room << f) / m;
+    }
     let params = Layout {
-        shift: 0,
-        quanta_mask: u64::MAX,
         units_per_quantum,
-        fraction_bits: f,
-        units_mask: (ring - 1) as u64,
+        units_per_token: upt,
         modulus: ring as u64,
         negative_from: (ring - window) as u64,
-        units_per_token: upt,
-        burst,
-        burst_units: burst_units as u64,
         ceiling_units: ceiling as u64,
-        max_debt_units: max_debt as u64,
         start_units: start * upt.get(),
-        horizon_ticks: if horizon > u64::MAX as u128 {
-            u64::MAX
-        } else {
-            horizon as u64
-        },
-        unused: crate::engine::word::unused_mark(32),
+        shift: 0,
+        fraction_bits: f as u8,
+        quanta_spare_bits: 0,
+        word_bits: 32,
         exact,
     };
     if !steps_fit(&params) {
@@ -426,7 +505,7 @@ const fn steps_fit(p: &Layout) -> bool {
     step_fits(
         p.step_units() as u128,
         p.units_per_token.get() as u128,
-        p.burst_units as u128,
+        p.burst_units() as u128,
     )
 }
 
@@ -455,7 +534,7 @@ const fn first_layout(
             approximate(shift, per_quantum, b, burst, start, bits, target_ticks)
         };
         if let Some(p) = found {
-            if p.horizon_ticks as u128 >= target_ticks {
+            if p.horizon_ticks() as u128 >= target_ticks {
                 return Some(p);
             }
         }
@@ -522,7 +601,7 @@ const fn approximate(
             return None;
         }
         if let Some(mut layout) = layout(shift, p, q, burst, start, bits) {
-            if layout.horizon_ticks as u128 >= target_ticks {
+            if layout.horizon_ticks() as u128 >= target_ticks {
                 layout.exact = false;
                 return Some(layout);
             }
@@ -546,8 +625,10 @@ const fn layout(
         return None;
     }
     let units_per_quantum = units_per_quantum as u64;
-    let (modulus, quanta_mask, units_mask): (u128, u64, u64) = if shift == 0 {
-        (1 << bits, u64::MAX, mask(bits))
+    // Units wrap at 2^bits (`Layout::units_mask`); with quanta, the product stays below the
+    // modulus A · 2^k, at most 2^bits.
+    let (modulus, quanta_mask): (u128, u64) = if shift == 0 {
+        (1 << bits, u64::MAX)
     } else {
         let log = ceil_log2(units_per_quantum);
         if log + 2 > bits {
@@ -558,7 +639,7 @@ const fn layout(
         } else {
             64 - shift
         };
-        ((units_per_quantum as u128) << k, mask(k), u64::MAX)
+        ((units_per_quantum as u128) << k, mask(k))
     };
     let burst_units = burst as u128 * units_per_token;
     let quarter = modulus / 4;
@@ -573,14 +654,14 @@ const fn layout(
     if narrow && burst_units > modulus >> BURST_SHARE_BITS {
         return None;
     }
-    let (negative_from, max_debt) = if narrow {
+    let negative_from = if narrow {
         let window = 2 * burst_units + 2 * units_per_quantum as u128;
         if window >= modulus / 2 {
             return None;
         }
-        (modulus - window, burst_units)
+        modulus - window
     } else {
-        (half, quarter)
+        half
     };
     // A full bucket idle for h quanta reads its ceiling + h · A (the ceiling is below the
     // burst plus one quantum), which must stay below the negative side.
@@ -588,8 +669,6 @@ const fn layout(
     if ceiling_bound >= negative_from {
         return None;
     }
-    let horizon_quanta = (negative_from - 1 - ceiling_bound) / units_per_quantum as u128;
-    let horizon_ticks = horizon_quanta << shift;
     let Some(units_per_quantum) = NonZeroU64::new(units_per_quantum) else {
         return None;
     };
@@ -599,25 +678,16 @@ const fn layout(
     let step = units_per_quantum.get() as u128;
     let ceiling = burst_units + min(step, units_per_token.get() as u128) - 1;
     let params = Layout {
-        shift,
-        quanta_mask,
         units_per_quantum,
-        fraction_bits: 0,
-        units_mask,
+        units_per_token,
         modulus: modulus as u64, // 2^64 truncates to 0, which stands for it
         negative_from: negative_from as u64,
-        units_per_token,
-        burst,
-        burst_units: burst_units as u64,
         ceiling_units: ceiling as u64,
-        max_debt_units: max_debt as u64,
         start_units: start * units_per_token.get(), // start <= burst
-        horizon_ticks: if horizon_ticks > u64::MAX as u128 {
-            u64::MAX
-        } else {
-            horizon_ticks as u64
-        },
-        unused: crate::engine::word::unused_mark(bits),
+        shift: shift as u8,
+        fraction_bits: 0,
+        quanta_spare_bits: quanta_mask.leading_zeros() as u8,
+        word_bits: bits as u8,
         exact: true,
     };
     if steps_fit(&params) {
@@ -680,7 +750,7 @@ mod tests {
         ];
         for (rate, quantum) in rows {
             let p = solve(Quota::new(rate), NS, 64).unwrap();
-            assert!(p.horizon_ticks >= century_ns, "{rate}");
+            assert!(p.horizon_ticks() >= century_ns, "{rate}");
             assert_eq!(p.resolution_ticks(), quantum, "{rate}");
         }
     }
@@ -765,14 +835,15 @@ mod tests {
         ];
         for (rate, burst, hz, exact) in rows {
             let p = solve(Quota::new(rate).burst(burst), hz, 32).unwrap();
-            assert!(p.horizon_ticks >= 3_600 * hz, "{rate} on {hz} Hz");
+            assert!(p.horizon_ticks() >= 3_600 * hz, "{rate} on {hz} Hz");
             assert_eq!(p.is_exact(), exact, "{rate} on {hz} Hz");
             assert_eq!(p.fraction_bits, 32);
+            assert_eq!(p.max_debt_units(), p.burst_units());
             // The burst and the negative window together hold under 0.6 % of the ring.
-            assert!(3 * p.burst_units <= 3 << 23, "{rate}");
+            assert!(3 * p.burst_units() <= 3 << 23, "{rate}");
             assert_eq!(
                 p.negative_from,
-                (1 << 32) - 2 * p.burst_units - 2 * p.step_units()
+                (1 << 32) - 2 * p.burst_units() - 2 * p.step_units()
             );
             // Rounded down by under one part in 10^3 wherever it rounds (one in 10^4 at worst
             // here: one a second with a burst of 10 000 on a nanosecond clock).

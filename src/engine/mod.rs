@@ -7,8 +7,10 @@
 //! - [`layout`]: the solver that maps a quota and a clock onto the word (`Layout`), and, in
 //!   `layout::transition`, the pure functions `(old word, now) -> new word, or a denial`.
 //! - [`cell`]: the one compare-exchange driver that runs a transition against a word.
+//! - [`div`]: 64-bit division without the division routine on 32-bit targets.
 
 pub(crate) mod cell;
+pub(crate) mod div;
 pub(crate) mod layout;
 pub(crate) mod sync;
 pub(crate) mod word;

@@ -231,7 +231,7 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word> KeyedLimiter<K, C, W> {
         }
         let max_burst = tiers
             .iter()
-            .map(|tier| tier.params.burst)
+            .map(|tier| tier.params.burst())
             .max()
             .unwrap_or(0);
         // The largest power of two at most both `shards` and `capacity`.
@@ -262,7 +262,7 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word> KeyedLimiter<K, C, W> {
             protected_held: AtomicUsize::new(0),
             next_room_ticks: AtomicU64::new(now),
             sweeping: AtomicBool::new(false),
-            overflow: W::cell(first.params.unused),
+            overflow: W::cell(first.params.unused()),
         })
     }
 
@@ -357,7 +357,7 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word> KeyedLimiter<K, C, W> {
             let tier = self.solved(entry.tier);
             let p = &tier.params;
             match W::load(&entry.word) {
-                word if word == p.unused => tier.quota.start_fill(),
+                word if word == p.unused() => tier.quota.start_fill(),
                 word => p.tokens(word, p.units_at(now)),
             }
         });
@@ -441,7 +441,7 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word> KeyedLimiter<K, C, W> {
         let ticks = self
             .tiers
             .iter()
-            .map(|tier| tier.params.horizon_ticks)
+            .map(|tier| tier.params.horizon_ticks())
             .min();
         ticks_to_duration_ceil::<C>(ticks.unwrap_or(0))
     }
@@ -606,7 +606,7 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word> KeyedLimiter<K, C, W> {
             before_insert(&mut entries.fresh, hasher);
             let entry = Entry {
                 key: key.clone(),
-                word: W::cell(p.unused),
+                word: W::cell(p.unused()),
                 tier: tier.0,
             };
             let entry = entries

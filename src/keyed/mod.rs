@@ -172,11 +172,11 @@ impl core::error::Error for KeyedDenied {}
 /// A never-used word holds its start fill.
 #[inline]
 pub(crate) fn units_to_evictable(p: &Layout, word: u64, now_units: u64, guard_units: u64) -> u64 {
-    if word == p.unused {
+    if word == p.unused() {
         return p.units_to_full(word, now_units).saturating_add(guard_units);
     }
     // burst + guard < W / 2 and |elapsed| < W / 2: no overflow in i64.
-    let wanted = (p.burst_units + guard_units) as i64;
+    let wanted = (p.burst_units() + guard_units) as i64;
     wanted.saturating_sub(p.elapsed(now_units, word)).max(0) as u64
 }
 
@@ -199,10 +199,10 @@ pub(crate) const fn protection_units(p: &Layout, window_ticks: u64) -> u64 {
 /// (never used, not full long enough, or reading ahead of now).
 #[inline]
 pub(crate) fn reanchored(p: &Layout, word: u64, now_units: u64, max_age_units: u64) -> Option<u64> {
-    if word == p.unused {
+    if word == p.unused() {
         return None;
     }
-    let keep = p.burst_units + max_age_units; // < W / 2
+    let keep = p.burst_units() + max_age_units; // < W / 2
     if p.elapsed(now_units, word) <= keep as i64 {
         return None;
     }
@@ -213,7 +213,7 @@ pub(crate) fn reanchored(p: &Layout, word: u64, now_units: u64, max_age_units: u
     } else {
         back
     };
-    Some(if word == p.unused {
+    Some(if word == p.unused() {
         word.wrapping_sub(1) // a unit earlier: reads as full for a unit longer, grants the same
     } else {
         word
@@ -223,7 +223,7 @@ pub(crate) fn reanchored(p: &Layout, word: u64, now_units: u64, max_age_units: u
 /// Ticks from `now_ticks` until the bucket in `word` holds a token: 0 when it does.
 pub(crate) fn ticks_to_one_token(p: &Layout, word: u64, now_ticks: u64) -> u64 {
     let now_units = p.units_at(now_ticks);
-    let word = if word == p.unused {
+    let word = if word == p.unused() {
         p.fresh(now_units)
     } else {
         word

@@ -62,7 +62,7 @@ impl Solved {
 /// as they are, capped by the new burst; debt kept in time. Never mints: a never-used word
 /// becomes the bucket it stands for (the old tier's start fill), converted like any other.
 pub(crate) fn converted(from: &Layout, to: &Layout, word: u64, now_ticks: u64) -> u64 {
-    let word = if word == from.unused {
+    let word = if word == from.unused() {
         from.fresh(from.units_at(now_ticks))
     } else {
         word

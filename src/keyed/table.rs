@@ -353,7 +353,7 @@ impl<K: Eq, C: Clock, const N: usize, W: Word, const T: usize> KeyedTable<K, C, 
                     let tier = self.solved(slots.tiers[slot]);
                     let p = &tier.params;
                     match W::load(&self.words[slot]) {
-                        word if word == p.unused => tier.quota.start_fill(),
+                        word if word == p.unused() => tier.quota.start_fill(),
                         word => p.tokens(word, p.units_at(now)),
                     }
                 }
@@ -432,7 +432,7 @@ impl<K: Eq, C: Clock, const N: usize, W: Word, const T: usize> KeyedTable<K, C, 
         let ticks = self
             .tiers
             .iter()
-            .map(|tier| tier.params.horizon_ticks)
+            .map(|tier| tier.params.horizon_ticks())
             .min();
         ticks_to_duration_ceil::<C>(ticks.unwrap_or(0))
     }
@@ -524,7 +524,7 @@ impl<K: Eq, C: Clock, const N: usize, W: Word, const T: usize> KeyedTable<K, C, 
             };
             // No call uses this slot: its word can be set back to the never-used mark, which
             // the first update turns into a fresh bucket at the tier's start fill.
-            overwrite::<W>(&self.words[slot], self.first.params.unused);
+            overwrite::<W>(&self.words[slot], self.first.params.unused());
             slots.keys[slot] = Some(key);
             slots.tiers[slot] = tier.0;
             self.users[slot].fetch_add(1, Ordering::Relaxed);
@@ -550,7 +550,7 @@ impl<K: Eq, C: Clock, const N: usize, W: Word, const T: usize> KeyedTable<K, C, 
                 continue;
             }
             // How long it has been full, in ticks: tiers count units differently.
-            let age = if word == p.unused {
+            let age = if word == p.unused() {
                 0
             } else {
                 p.ticks_until(now, p.elapsed(now_units, word).max(0) as u64)
@@ -598,8 +598,8 @@ const fn solve_tiers<C: Clock, W: Word, const T: usize>(
             Ok(tier) => tier,
             Err(error) => return Err(KeyedConfigError::Quota(error)),
         };
-        if solved[i].params.burst > max_burst {
-            max_burst = solved[i].params.burst;
+        if solved[i].params.burst() > max_burst {
+            max_burst = solved[i].params.burst();
         }
         i += 1;
     }

@@ -81,7 +81,7 @@ impl RateLimited {
     pub(crate) fn by_bucket<C: Clock, W: Word>(bucket: &TokenBucket<C, W>, denied: Denied) -> Self {
         Self::refused(
             KeyedDenied::Denied(denied),
-            *bucket.quota(),
+            bucket.quota(),
             bucket.until_full(),
         )
     }

@@ -38,34 +38,36 @@ impl<Req, L: crate::layer::Limit<Req>, O: Observe> crate::layer::Limit<Req> for 
     }
 }
 
-#[cfg(all(test, feature = "heapless", target_has_atomic = "64"))]
-mod tests {
-    use super::*;
-    use crate::observe::Counters;
-    use crate::{KeyedTable, ManualClock, Quota, Rate, WhenFull};
+#[cfg(all(test, feature = "heapless"))]
+crate::with_atomic64! {
+    mod tests {
+        use super::*;
+        use crate::observe::Counters;
+        use crate::{KeyedTable, ManualClock, Quota, Rate, WhenFull};
 
-    const QUOTA: Quota = Quota::new(Rate::per_second(1)).burst(2);
-    static CLOCK: ManualClock = ManualClock::new();
-    static COUNTS: Counters = Counters::new();
-    /// As firmware keeps one: the table and its counts in `static`s, built at compile time.
-    static TABLE: Counted<KeyedTable<u8, &ManualClock, 2>, &Counters> =
-        Counted::new(KeyedTable::new(QUOTA, &CLOCK, WhenFull::Refuse), &COUNTS);
+        const QUOTA: Quota = Quota::new(Rate::per_second(1)).burst(2);
+        static CLOCK: ManualClock = ManualClock::new();
+        static COUNTS: Counters = Counters::new();
+        /// As firmware keeps one: the table and its counts in `static`s, built at compile time.
+        static TABLE: Counted<KeyedTable<u8, &ManualClock, 2>, &Counters> =
+            Counted::new(KeyedTable::new(QUOTA, &CLOCK, WhenFull::Refuse), &COUNTS);
 
-    #[test]
-    fn a_static_keyed_table_is_counted_whole() {
-        // (key, tokens, granted?): two keys fill the table, a third finds no room.
-        let rows = [
-            (1, 2, true),
-            (1, 1, false),
-            (2, 1, true),
-            (3, 1, false),
-            (2, 3, false),
-        ];
-        for (key, n, granted) in rows {
-            assert_eq!(TABLE.try_acquire(key, n).is_ok(), granted, "key {key}, {n}");
+        #[test]
+        fn a_static_keyed_table_is_counted_whole() {
+            // (key, tokens, granted?): two keys fill the table, a third finds no room.
+            let rows = [
+                (1, 2, true),
+                (1, 1, false),
+                (2, 1, true),
+                (3, 1, false),
+                (2, 3, false),
+            ];
+            for (key, n, granted) in rows {
+                assert_eq!(TABLE.try_acquire(key, n).is_ok(), granted, "key {key}, {n}");
+            }
+            let counts = COUNTS.counts();
+            assert_eq!((counts.granted_calls, counts.granted_tokens), (2, 3));
+            assert_eq!((counts.denied_calls, counts.denied_tokens), (3, 5));
         }
-        let counts = COUNTS.counts();
-        assert_eq!((counts.granted_calls, counts.granted_tokens), (2, 3));
-        assert_eq!((counts.denied_calls, counts.denied_tokens), (3, 5));
     }
 }

@@ -11,7 +11,7 @@ use super::connection::{setup_error, Shared};
 use super::layout::Layout;
 use super::line::Line;
 use super::{Fallback, Fault, FaultPolicy, Inner, Op, Policy, RedisBucket, SetupError};
-use crate::Quota;
+use crate::{Jitter, Quota};
 
 /// Builds a [`RedisBucket`]: see [`RedisBucket::builder`].
 pub struct Builder {
@@ -20,6 +20,7 @@ pub struct Builder {
     pub(super) quota: Quota,
     pub(super) policy: FaultPolicy,
     pub(super) timeout: Duration,
+    pub(super) jitter: Jitter,
 }
 
 impl core::fmt::Debug for Builder {
@@ -29,6 +30,7 @@ impl core::fmt::Debug for Builder {
             .field("quota", &self.quota)
             .field("policy", &self.policy)
             .field("timeout", &self.timeout)
+            .field("jitter", &self.jitter)
             .finish_non_exhaustive()
     }
 }
@@ -45,6 +47,15 @@ impl Builder {
     /// call was sent (by Redis's clock).
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
+        self
+    }
+
+    /// What a wait ([`acquire`](RedisBucket::acquire)) that slept sleeps after it, holding its
+    /// tokens, so that the waiters of many processes woken by one refill do not all call
+    /// Redis in the same tick; [`Jitter::none`] by default. As
+    /// [`Limits::with_jitter`](crate::Limits::with_jitter).
+    pub fn jitter(mut self, jitter: Jitter) -> Self {
+        self.jitter = jitter;
         self
     }
 
@@ -82,6 +93,7 @@ impl Builder {
                 timeout: self.timeout,
                 start_pending: AtomicBool::new(true),
                 line: Line::default(),
+                jitter: self.jitter,
                 #[cfg(test)]
                 fixed_now_us: AtomicU64::new(u64::MAX),
                 #[cfg(test)]

@@ -8,6 +8,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use ::redis::{Client, ErrorKind, RedisError, Script, ServerErrorKind};
 
+use super::cluster::Link;
 use super::{Fault, SetupError};
 
 /// One multiplexed connection to one Redis server, shared by every bucket built from it.
@@ -36,10 +37,11 @@ pub struct RedisConnection {
 }
 
 pub(super) struct Shared {
-    client: Client,
+    /// `None` on a cluster, whose connection follows the cluster's changes by itself.
+    client: Option<Client>,
     /// The manager in use and its generation: a new one replaces it after an error that the
     /// manager would not recover from by itself (it reconnects on I/O errors only).
-    manager: Mutex<(u64, ConnectionManager)>,
+    manager: Mutex<(u64, Link)>,
     generation: AtomicU64,
     pub(super) script: Script,
     /// When the offsets below are measured from.
@@ -62,33 +64,45 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 impl RedisConnection {
     /// Sets up the connection without reaching Redis: the first call connects. Call it within
     /// a tokio runtime.
-    pub fn new(client: Client) -> Result<Self, SetupError> {
+    ///
+    /// Named as [`Builder::connect_lazy`](super::Builder::connect_lazy) is, not `new` and
+    /// `try_new` as the crate's in-memory types are: a connection is I/O set up on a runtime,
+    /// so it can fail however it is called ([`SetupError::NoRuntime`] outside a runtime, or a
+    /// client whose settings make no connection), and there is no panicking form to offer
+    /// beside it. [`connect`](Self::connect) also reaches Redis before it returns.
+    pub fn connect_lazy(client: Client) -> Result<Self, SetupError> {
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(SetupError::NoRuntime);
         }
         let manager = manager(&client)?;
+        Ok(Self::over(Some(client), Link::Single(manager)))
+    }
+
+    /// A connection over `link`, recreated from `client` when it must be.
+    pub(super) fn over(client: Option<Client>, link: Link) -> Self {
         let base = Instant::now();
         let unix_us = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |since| since.as_micros() as i64);
-        Ok(Self {
+        Self {
             shared: Arc::new(Shared {
                 client,
-                manager: Mutex::new((0, manager)),
+                manager: Mutex::new((0, link)),
                 generation: AtomicU64::new(0),
                 script: Script::new(include_str!("script.lua")),
                 base,
                 offset_us: AtomicI64::new(unix_us),
                 last_answer_us: AtomicI64::new(0),
             }),
-        })
+        }
     }
 
-    /// Sets up the connection and checks it within a second: the server is reached, accepts
+    /// Sets up the connection and checks it within a second, as
+    /// [`connect_lazy`](Self::connect_lazy) and then a round trip: the server is reached, accepts
     /// the credentials and answers `PING`. [`SetupError::Unreachable`] if it could not be
     /// reached, [`SetupError::Refused`] if it answered with an error.
     pub async fn connect(client: Client) -> Result<Self, SetupError> {
-        let connection = Self::new(client)?;
+        let connection = Self::connect_lazy(client)?;
         let mut manager = connection.shared.manager().1;
         let command = ::redis::cmd("PING");
         let ping = command.query_async::<()>(&mut manager);
@@ -152,7 +166,10 @@ fn is_fault(error: &RedisError) -> bool {
             ServerErrorKind::BusyLoading
             | ServerErrorKind::TryAgain
             | ServerErrorKind::MasterDown
-            | ServerErrorKind::ClusterDown,
+            | ServerErrorKind::ClusterDown
+            // Redirections the cluster client could not follow within its retries: slots moving.
+            | ServerErrorKind::Moved
+            | ServerErrorKind::Ask,
         ) => true,
         ErrorKind::Extension => matches!(error.code(), Some("BUSY")),
         _ => false,
@@ -170,7 +187,7 @@ fn needs_new_connection(error: &RedisError) -> bool {
 
 impl Shared {
     /// The manager in use, and its generation.
-    pub(super) fn manager(&self) -> (u64, ConnectionManager) {
+    pub(super) fn manager(&self) -> (u64, Link) {
         let guard = self.manager.lock().unwrap_or_else(PoisonError::into_inner);
         (guard.0, guard.1.clone())
     }
@@ -204,10 +221,13 @@ impl Shared {
         if guard.0 != generation {
             return; // replaced already, by a call that failed alongside this one
         }
-        if let Ok(manager) = manager(&self.client) {
+        let Some(client) = &self.client else {
+            return; // a cluster's connection reconnects and follows failovers by itself
+        };
+        if let Ok(manager) = manager(client) {
             // Relaxed: the mutex orders the generation with the manager.
             let next = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
-            *guard = (next, manager);
+            *guard = (next, Link::Single(manager));
         }
     }
 

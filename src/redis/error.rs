@@ -141,7 +141,7 @@ pub enum SetupError {
     /// Redis was reached and answered with an error: a wrong password, a key of another type,
     /// a read-only replica. The error is the `source()`.
     Refused(::redis::RedisError),
-    /// [`RedisConnection::new`](super::RedisConnection::new) was called outside a tokio
+    /// [`RedisConnection::connect_lazy`](super::RedisConnection::connect_lazy) was called outside a tokio
     /// runtime: call it from within one (the connection's calls run on it).
     NoRuntime,
 }

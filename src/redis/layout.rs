@@ -63,12 +63,12 @@ impl Layout {
         let local = TokenBucket::try_new(*quota, StdClock).ok();
         let local_debt = local.as_ref().map(|local| {
             let params = local.cell().params;
-            params.max_debt_units as u128 * per_token / params.units_per_token.get() as u128
+            params.max_debt_units() as u128 * per_token / params.units_per_token.get() as u128
         });
         // The part of a token above the burst that the local bucket keeps, in these units.
         let above = local.as_ref().map_or(0, |local| {
             let params = local.cell().params;
-            (params.ceiling_units - params.burst_units) as u128 * per_token
+            (params.ceiling_units - params.burst_units()) as u128 * per_token
                 / params.units_per_token.get() as u128
         });
         let cap = MAX_DEBT_US * per_us;

@@ -11,7 +11,9 @@
 //! Waits ([`acquire`](RedisBucket::acquire)) reserve nothing in Redis: a bucket's callers wait
 //! in a line in this process (`line`), as the local waits do, and only its head asks Redis to
 //! take, when its tokens are due. A wait that gives up has taken nothing. There is no line
-//! across processes: each process's head competes in Redis.
+//! across processes: each process's head competes in Redis. A wait that slept then sleeps the
+//! bucket's [`Jitter`] ([`Builder::jitter`]) holding its tokens, and gives them back if dropped
+//! meanwhile: the crate's one wait frame (`wait`, over `crate::wait`).
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
@@ -57,12 +59,16 @@
 
 mod answers;
 mod builder;
+mod cluster;
 mod connection;
 mod error;
+mod keyed;
 mod layout;
+mod lease;
 mod line;
 #[cfg(test)]
 mod tests;
+mod wait;
 
 use core::time::Duration;
 use std::string::String;
@@ -74,13 +80,15 @@ pub use self::answers::{FaultPolicy, Grant, Level, RedisReservation, Source};
 pub use self::builder::Builder;
 pub use self::connection::RedisConnection;
 pub use self::error::{Error, Fault, SetupError};
+pub use self::keyed::RedisKeyed;
+pub use self::lease::LeasedBucket;
 /// The `redis` crate's client, from which a [`RedisConnection`] connects.
 pub use ::redis::Client;
 
 use self::connection::Shared;
 use self::layout::Layout;
 use self::line::Line;
-use crate::{Denied, Quota, StdClock, TokenBucket};
+use crate::{Denied, Jitter, Quota, StdClock, TokenBucket};
 
 /// A token bucket shared by every process that uses the same key on the same Redis.
 ///
@@ -103,6 +111,8 @@ struct Inner {
     start_pending: AtomicBool,
     /// This process's waiters in `acquire`, shared by the clones.
     line: Line,
+    /// What a wait sleeps after it slept, holding its tokens.
+    jitter: Jitter,
     /// The crate's agreement tests pin the script's clock here; `u64::MAX` reads `TIME`.
     #[cfg(test)]
     fixed_now_us: AtomicU64,
@@ -139,10 +149,13 @@ enum Op {
         cost: u64,
         max_debt: u128,
     },
-    Cancel {
+    /// Gives a reservation back: by `cancel`'s rule (nothing once due), or by the refund rule
+    /// of a wait's take that its caller did not act on (what the cap would have cut since).
+    GiveBack {
         cost: u64,
         due: (i64, i64),
         epoch: i64,
+        refund: bool,
     },
     Peek,
 }
@@ -171,6 +184,7 @@ impl RedisBucket {
             quota,
             policy: FaultPolicy::FailClosed,
             timeout: Duration::from_millis(200),
+            jitter: Jitter::none(),
         }
     }
 
@@ -180,50 +194,7 @@ impl RedisBucket {
     /// above the burst is [`Denied::ExceedsCapacity`] at once, without a round trip. A denial
     /// takes nothing.
     pub async fn try_acquire(&self, n: u32) -> Result<Grant, Error> {
-        let inner = &*self.inner;
-        let l = &inner.layout;
-        if n as u64 > l.burst {
-            return Err(Error::by_redis(Denied::ExceedsCapacity { burst: l.burst }));
-        }
-        let cost = l.cost(n);
-        let op = if n == 0 {
-            Op::Peek
-        } else {
-            Op::Take { cost, max_debt: 0 }
-        };
-        let result = inner.call(op).await;
-        if let Ok(reply) = &result {
-            inner.line.saw_level(reply.level);
-        }
-        match result {
-            Ok(reply) if reply.granted => Ok(Grant {
-                source: Source::Redis,
-                level: Some(inner.level(reply.level)),
-            }),
-            Ok(reply) => Err(Error::by_redis(Denied::Insufficient {
-                retry_after: l.duration(short(cost, reply.level)),
-            })),
-            Err(Fault::Rejected(error)) => Err(Error::Rejected(error)),
-            Err(fault) => match &inner.policy {
-                Policy::FailClosed => Err(Error::Unavailable(fault)),
-                Policy::FailOpen => Ok(Grant {
-                    source: Source::Open,
-                    level: None,
-                }),
-                Policy::Fallback(fallback) => {
-                    let local = fallback.local();
-                    local.try_acquire(n).map_err(Error::by_fallback)?;
-                    fallback.owe(cost);
-                    Ok(Grant {
-                        source: Source::Fallback,
-                        level: Some(Level {
-                            remaining: local.available(),
-                            until_full: local.until_full(),
-                        }),
-                    })
-                }
-            },
-        }
+        self.inner.take(n).await.map(|(grant, _)| grant)
     }
 
     /// Takes `n` tokens now for use when they have accrued, if that is within `max_wait`.
@@ -297,126 +268,16 @@ impl RedisBucket {
         }
     }
 
-    /// Gives a reservation's tokens back: all of them, less those that reservations made after
-    /// it (by any process) have already counted on, and none once it is due (the rule of Go's
-    /// `CancelAt`, as the local bucket's [`cancel`](TokenBucket::cancel)). Never gives back
+    /// Gives a reservation's tokens back, by the local bucket's rule
+    /// ([`cancel`](TokenBucket::cancel)): all of them while it is not due and nothing came
+    /// after it (a reservation or take by any process, a pause), none otherwise. Never gives back
     /// more than was taken, never fills the bucket beyond its burst, and gives nothing back
     /// into a key created after the reservation (deleted and used again, or lost in a restart).
     ///
     /// Pass only reservations made by this bucket (or a clone of it). If Redis cannot answer,
     /// the tokens stay taken and the fault is returned.
     pub async fn cancel(&self, reservation: RedisReservation) -> Result<(), Fault> {
-        self.inner.cancel(reservation).await
-    }
-
-    /// Takes `n` tokens, waiting for them as long as it takes; returns the time waited.
-    ///
-    /// The callers of a bucket (and its clones) wait in one line in this process, in the
-    /// order they called, and only the head asks Redis, with a call like
-    /// [`try_acquire`](Self::try_acquire): when its estimate from Redis's last answer says its
-    /// tokens are due, and again after the `retry_after` Redis answers if another process took
-    /// them first. A caller arriving with nobody in line asks at once. Each call the head makes
-    /// is decided by the fault policy if Redis cannot answer: `FailClosed` ends the wait with
-    /// [`Error::Unavailable`], `FailOpen` grants, `Fallback` takes from the local bucket or
-    /// sleeps for its `retry_after` and asks Redis again. While Redis gives no answer, the
-    /// waiters ask at once rather than in turn, so that a frozen server costs each of them one
-    /// timeout, not one per waiter ahead. `n` above the burst fails at once
-    /// with [`Denied::ExceedsCapacity`]; `n = 0` completes at once.
-    ///
-    /// **Cancel-safe, and giving up costs nothing.** Nothing is taken before the tokens are
-    /// due, so a future dropped while it waits (`tokio::time::timeout`, `select!`, an aborted
-    /// task) leaves the bucket as if it had never queued, and the next in line moves up.
-    /// A future dropped during the head's round trip takes nothing if Redis runs the call after
-    /// half its timeout; otherwise its tokens may be taken and are then lost, never granted
-    /// twice.
-    ///
-    /// The line is per process and per bucket value: processes sharing a key (and separate
-    /// `RedisBucket`s built for one key in one process) do not share a line, and their heads
-    /// are served in the order Redis receives their calls. Tokens go to whoever asks first
-    /// once they have accrued, so across processes there is no FIFO and a long wait has no
-    /// priority; use [`reserve`](Self::reserve) for a place in Redis's own order.
-    pub async fn acquire(&self, n: u32) -> Result<Duration, Error> {
-        self.acquire_timeout(n, Duration::MAX).await
-    }
-
-    /// Like [`acquire`](Self::acquire), but gives up, having taken nothing, if the tokens are
-    /// not taken within `timeout`: [`Denied::Insufficient`] says how much longer it would have
-    /// waited, by this process's estimate. It fails at once when the estimate (the tokens of
-    /// everyone in line ahead, then its own, from Redis's last answer) or, at the head, Redis's
-    /// answer already exceeds `timeout`.
-    pub async fn acquire_timeout(&self, n: u32, timeout: Duration) -> Result<Duration, Error> {
-        let began = tokio::time::Instant::now();
-        let inner = &*self.inner;
-        let l = &inner.layout;
-        if n as u64 > l.burst {
-            return Err(Error::by_redis(Denied::ExceedsCapacity { burst: l.burst }));
-        }
-        if n == 0 {
-            return Ok(Duration::ZERO);
-        }
-        let cost = l.cost(n);
-        let deadline = began.checked_add(timeout);
-        let left = || deadline.map(|at| at.saturating_duration_since(tokio::time::Instant::now()));
-        let (place, ahead) = inner.line.join(cost);
-        if ahead > 0 && !inner.line.in_outage() {
-            let estimate = inner.due_in(ahead.saturating_add(cost));
-            if estimate > timeout {
-                return Err(Error::by_redis(Denied::Insufficient {
-                    retry_after: estimate - timeout,
-                }));
-            }
-        }
-        // Whether to wait for the estimate before asking: not for a caller that found nobody
-        // in line, nor after Redis's own `retry_after`.
-        let mut estimate_first = ahead > 0;
-        loop {
-            if !place.until_head(deadline).await {
-                let estimate = inner.due_in(place.ahead_units().saturating_add(cost));
-                return Err(Error::by_redis(Denied::Insufficient {
-                    retry_after: estimate,
-                }));
-            }
-            if core::mem::take(&mut estimate_first) && place.is_head() && !inner.line.in_outage() {
-                // At the head: ask Redis when the estimate says the tokens are there.
-                let due_in = inner.due_in(cost);
-                if let Some(left) = left() {
-                    if due_in > left {
-                        return Err(Error::by_redis(Denied::Insufficient {
-                            retry_after: due_in - left,
-                        }));
-                    }
-                }
-                if !due_in.is_zero() {
-                    tokio::time::sleep(due_in).await;
-                }
-            }
-            let error = match self.try_acquire(n).await {
-                Ok(_) => {
-                    drop(place); // the next in line is the head
-                    return Ok(began.elapsed());
-                }
-                Err(error) => error,
-            };
-            let (retry_after, source) = match error {
-                Error::Denied {
-                    denied: Denied::Insufficient { retry_after },
-                    source,
-                } => (retry_after, source),
-                error => return Err(error),
-            };
-            if let Some(left) = left() {
-                if retry_after > left {
-                    return Err(Error::Denied {
-                        denied: Denied::Insufficient {
-                            retry_after: retry_after - left,
-                        },
-                        source,
-                    });
-                }
-            }
-            // (A zero sleep would still wait for the timer's next millisecond.)
-            tokio::time::sleep(retry_after.max(Duration::from_micros(1))).await;
-        }
+        self.inner.give_back(reservation, false).await
     }
 
     /// The shared bucket's level now, without taking anything.
@@ -569,7 +430,8 @@ impl Inner {
         let mut invocation = shared.script.key(&self.key);
         let name = match op {
             Op::Take { .. } => "take",
-            Op::Cancel { .. } => "cancel",
+            Op::GiveBack { refund: false, .. } => "cancel",
+            Op::GiveBack { refund: true, .. } => "refund",
             Op::Peek => "peek",
         };
         let pair = |units: u128| {
@@ -605,7 +467,9 @@ impl Inner {
                     .arg(max_us)
                     .arg(max_frac);
             }
-            Op::Cancel { cost, due, epoch } => {
+            Op::GiveBack {
+                cost, due, epoch, ..
+            } => {
                 let (cost_us, cost_frac) = pair(cost as u128);
                 invocation
                     .arg(cost_us)
@@ -652,17 +516,100 @@ impl Inner {
         }))
     }
 
-    async fn cancel(&self, reservation: RedisReservation) -> Result<(), Fault> {
+    /// Gives `reservation` back: by `cancel`'s rule, or by the refund rule (`refund`), which
+    /// also gives back a take already due that its caller did not act on.
+    async fn give_back(&self, reservation: RedisReservation, refund: bool) -> Result<(), Fault> {
         match reservation.held {
             Held::Redis { due, epoch } => {
                 let cost = self.layout.cost(reservation.tokens);
-                self.call(Op::Cancel { cost, due, epoch }).await.map(drop)
+                let op = Op::GiveBack {
+                    cost,
+                    due,
+                    epoch,
+                    refund,
+                };
+                self.call(op).await.map(drop)
             }
             Held::Fallback(local, reservation) => {
-                local.cancel(reservation);
+                if refund {
+                    local.refund(reservation);
+                } else {
+                    local.cancel(reservation);
+                }
                 Ok(())
             }
             Held::Open | Held::Nothing => Ok(()),
+        }
+    }
+
+    /// Takes `n` tokens now, or says how long until it could: the whole of `try_acquire`, with
+    /// what it took, so that a wait can give it back. `n = 0` takes nothing and reports the
+    /// level.
+    async fn take(&self, n: u32) -> Result<(Grant, RedisReservation), Error> {
+        let l = &self.layout;
+        if n as u64 > l.burst {
+            return Err(Error::by_redis(Denied::ExceedsCapacity { burst: l.burst }));
+        }
+        let cost = l.cost(n);
+        let op = if n == 0 {
+            Op::Peek
+        } else {
+            Op::Take { cost, max_debt: 0 }
+        };
+        let result = self.call(op).await;
+        if let Ok(reply) = &result {
+            self.line.saw_level(reply.level);
+        }
+        let taken = |held| RedisReservation {
+            tokens: n,
+            wait: Duration::ZERO,
+            held,
+        };
+        match result {
+            Ok(reply) if reply.granted => {
+                let grant = Grant {
+                    source: Source::Redis,
+                    level: Some(self.level(reply.level)),
+                };
+                let held = if n == 0 {
+                    Held::Nothing
+                } else {
+                    Held::Redis {
+                        due: (reply.now_us + reply.debt.0, reply.debt.1),
+                        epoch: reply.epoch,
+                    }
+                };
+                Ok((grant, taken(held)))
+            }
+            Ok(reply) => Err(Error::by_redis(Denied::Insufficient {
+                retry_after: l.duration(short(cost, reply.level)),
+            })),
+            Err(Fault::Rejected(error)) => Err(Error::Rejected(error)),
+            Err(fault) => match &self.policy {
+                Policy::FailClosed => Err(Error::Unavailable(fault)),
+                Policy::FailOpen => {
+                    let grant = Grant {
+                        source: Source::Open,
+                        level: None,
+                    };
+                    Ok((grant, taken(Held::Open)))
+                }
+                Policy::Fallback(fallback) => {
+                    let local = fallback.local();
+                    let reservation = local
+                        .reserve(n, Duration::ZERO)
+                        .map_err(Error::by_fallback)?;
+                    fallback.owe(cost);
+                    let grant = Grant {
+                        source: Source::Fallback,
+                        level: Some(Level {
+                            remaining: local.available(),
+                            until_full: local.until_full(),
+                        }),
+                    };
+                    Ok((grant, taken(Held::Fallback(local, reservation))))
+                }
+            },
         }
     }
 

@@ -15,7 +15,7 @@
 -- by someone else, truncated, beyond the debt bound) reads as absent and is replaced.
 --
 -- KEYS[1]  the bucket
--- ARGV[1]  'take' | 'cancel' | 'peek'
+-- ARGV[1]  'take' | 'cancel' | 'refund' | 'peek'
 -- ARGV[2]  per_us: units per microsecond
 -- ARGV[3..4]   ceiling: the most the bucket holds (the burst and less than a step), a pair
 -- ARGV[5..6]   start: the level of an absent key, as a pair (the ceiling, or the start fill)
@@ -24,7 +24,8 @@
 -- ARGV[10] '' to read TIME; a time in microseconds for the crate's own agreement tests
 -- ARGV[11..12] charge: units granted elsewhere while Redis was unreachable, taken first
 -- take:    ARGV[13..14] cost, ARGV[15..16] the most debt this call may run
--- cancel:  ARGV[13..14] cost, ARGV[15..16] the reservation's due instant, ARGV[17] its epoch
+-- cancel, refund:  ARGV[13..14] cost, ARGV[15..16] the reservation's due instant, ARGV[17]
+--          its epoch
 --
 -- Returns {status, debt_us, debt_frac, now_us, epoch}: status 1 granted (or the epoch matches),
 -- 0 not, -1 too late (nothing done); the debt (z - now, a pair, negative when tokens are left)
@@ -170,22 +171,43 @@ if op == 'take' then
   keep()
   return reply(0)
 elseif op == 'cancel' then
-  -- Go's CancelAt: all the tokens back, less those that later reservations counted on, and
-  -- none once the reservation is due, nor into another incarnation of the key.
+  -- The local bucket's cancel (`Layout::give_back`): all the tokens back while the reservation
+  -- is not due and nothing came after it (the bucket still ends where it left it); nothing
+  -- once it is due, once anything moved the bucket since, nor into another incarnation of the
+  -- key.
   local cost, due = pair(13), pair(15)
-  if absent or epoch ~= tonumber(ARGV[17]) or not less(now_pair, due) then
+  if absent or epoch ~= tonumber(ARGV[17]) or not less(now_pair, due)
+      or less(z, due) or less(due, z) then
     keep()
     return reply(0)
   end
-  local overtaken = sub(z, due)
-  if overtaken[1] < 0 then
-    overtaken = {0, 0}
+  z = sub(z, cost)
+  if less(z, floor) then
+    z = floor
   end
-  if not less(overtaken, cost) then
+  store()
+  return reply(1)
+elseif op == 'refund' then
+  -- A take its caller will not act on after all (a wait dropped during its jitter), due or
+  -- not: the local bucket's refund (`Layout::refund`). All the tokens back, less what the cap
+  -- would have cut since they were due; nothing while a later reservation holds the bucket in
+  -- debt, nor into another incarnation of the key.
+  local cost, due = pair(13), pair(15)
+  local overtaken = (z[1] ~= due[1] or z[2] ~= due[2]) and less(now_pair, z)
+  if absent or epoch ~= tonumber(ARGV[17]) or overtaken then
     keep()
     return reply(0)
   end
-  z = sub(z, sub(cost, overtaken))
+  local headroom = sub(burst, sub(now_pair, due))
+  local restore = cost
+  if less(headroom, restore) then
+    restore = headroom
+  end
+  if not less({0, 0}, restore) or not less(floor, z) then
+    keep()
+    return reply(0)
+  end
+  z = sub(z, restore)
   if less(z, floor) then
     z = floor
   end

@@ -36,6 +36,11 @@ enum Step {
     CancelOldest,
     /// Cancels the newest reservation still held, if any.
     CancelNewest,
+    /// Gives the oldest reservation still held back as a wait dropped during its jitter does
+    /// (the refund rule: due or not, less what the cap would have cut since), if any.
+    RefundOldest,
+    /// The same for the newest.
+    RefundNewest,
     Level,
 }
 
@@ -62,7 +67,8 @@ async fn run_both(
         Duration::from_nanos(1),
         "{quota}: the local bucket must read its clock to the nanosecond to compare"
     );
-    let client = RedisConnection::new(Client::open(server.url()).expect("client")).expect("conn");
+    let client =
+        RedisConnection::connect_lazy(Client::open(server.url()).expect("client")).expect("conn");
     // Lazy, so that the first call, which applies the start fill, runs at T0 as the local
     // bucket's construction does.
     let shared = RedisBucket::builder(&client, key, quota)
@@ -125,15 +131,21 @@ async fn run_both(
                     (Err(mine), Err(error)) => (Seen::Denied(mine), Seen::Denied(denied(error))),
                 }
             }
-            Step::CancelOldest | Step::CancelNewest => {
+            Step::CancelOldest | Step::CancelNewest | Step::RefundOldest | Step::RefundNewest => {
                 if !held.is_empty() {
                     let index = match step {
-                        Step::CancelOldest => 0,
+                        Step::CancelOldest | Step::RefundOldest => 0,
                         _ => held.len() - 1,
                     };
                     let (mine, theirs) = held.remove(index);
-                    local.cancel(mine);
-                    shared.cancel(theirs).await.expect("cancel");
+                    if matches!(step, Step::RefundOldest | Step::RefundNewest) {
+                        local.refund(mine);
+                        let refund = shared.inner.give_back(theirs, true);
+                        refund.await.expect("refund");
+                    } else {
+                        local.cancel(mine);
+                        shared.cancel(theirs).await.expect("cancel");
+                    }
                 }
                 levels(&local, &shared).await
             }
@@ -236,8 +248,73 @@ fn reservations_queue_and_cancel_by_the_same_rule() {
     }
 }
 
+/// A wait's take that its caller did not act on (dropped during its jitter) goes back by the
+/// local bucket's refund rule: due or not, all of it less what the burst cap would have cut
+/// since; nothing while a later reservation holds the bucket in debt; partly when the bucket
+/// would have filled meanwhile.
+#[test]
+fn a_take_not_acted_on_goes_back_by_the_local_refund_rule() {
+    let _serial = serial();
+    let server = RedisServer::start();
+    let quota = Quota::new(Rate::per_second(5)).burst(4);
+    let now = Duration::ZERO;
+    let rows = [
+        // (µs, step, what both must see)
+        (0, Step::Reserve(3, now), Seen::Reserved { wait: now }),
+        // Due at once, so `cancel` gives nothing back...
+        (0, Step::CancelOldest, Seen::Level(1)),
+        (600_000, Step::Level, Seen::Level(4)),
+        (600_000, Step::Reserve(3, now), Seen::Reserved { wait: now }),
+        (600_000, Step::Take(1), Seen::Granted { remaining: 0 }),
+        // ...but a refund does, even after another take: the bucket is not in debt.
+        (600_000, Step::RefundOldest, Seen::Level(3)),
+        (600_000, Step::Reserve(3, now), Seen::Reserved { wait: now }),
+        (
+            600_000,
+            Step::Reserve(2, Duration::from_secs(1)),
+            Seen::Reserved { wait: ms(400) },
+        ),
+        // Overtaken by a reservation into debt: nothing comes back.
+        (600_000, Step::RefundOldest, Seen::Level(0)),
+        // The reservation into debt is overtaken by nobody: its 2 come back, to level 0.
+        (600_000, Step::RefundOldest, Seen::Level(0)),
+        (1_000_000, Step::Level, Seen::Level(2)),
+        (
+            1_000_000,
+            Step::Reserve(2, now),
+            Seen::Reserved { wait: now },
+        ),
+        (1_600_000, Step::Take(3), Seen::Granted { remaining: 0 }),
+        // 3 tokens accrued since the take was due: a bucket that had not taken it would have
+        // been capped at 4 meanwhile, so only 1 of the 2 comes back.
+        (1_600_000, Step::RefundOldest, Seen::Level(1)),
+        (
+            1_600_000,
+            Step::Take(2),
+            Seen::Denied(insufficient(ms(200))),
+        ),
+    ];
+    let steps: Vec<_> = rows.iter().map(|(at, step, _)| (*at, *step)).collect();
+    let seen = runtime().block_on(run_both(&server, "refund", quota, &steps));
+    for ((at, step, want), got) in rows.iter().zip(&seen) {
+        assert_eq!(got, want, "+{at} µs {step:?}");
+    }
+}
+
 #[test]
 fn long_random_sequences_agree() {
+    random_sequences_agree(false);
+}
+
+/// The same kind of sequences with refunds (as a wait dropped during its jitter gives back)
+/// mixed with cancels.
+#[test]
+fn long_random_sequences_with_refunds_agree() {
+    random_sequences_agree(true);
+}
+
+/// Long random sequences of takes, reservations, give-backs (cancels, or `refunds`) and reads.
+fn random_sequences_agree(refunds: bool) {
     let _serial = serial();
     let server = RedisServer::start();
     let quotas = [
@@ -277,17 +354,20 @@ fn long_random_sequences_agree() {
                     _ => short_gaps_us[next(short_gaps_us.len())],
                 };
                 let n = next(burst + 2) as u32;
-                let step = match next(10) {
+                let step = match next(12) {
                     0..=3 => Step::Take(n),
                     4..=6 => Step::Reserve(n, waits[next(waits.len())]),
-                    7 => Step::CancelOldest,
-                    8 => Step::CancelNewest,
+                    7 if refunds => Step::RefundOldest,
+                    8 if refunds => Step::RefundNewest,
+                    7 | 9 => Step::CancelOldest,
+                    8 | 10 => Step::CancelNewest,
                     _ => Step::Level,
                 };
                 (at, step)
             })
             .collect();
-        let seen = rt.block_on(run_both(&server, &format!("random{i}"), quota, &steps));
+        let key = format!("random{i}-{refunds}");
+        let seen = rt.block_on(run_both(&server, &key, quota, &steps));
         // The sequence exercised every kind of answer.
         assert!(
             seen.iter().any(|s| matches!(s, Seen::Granted { .. })),
@@ -363,7 +443,7 @@ fn a_server_clock_step_credits_at_most_a_burst_and_locks_nothing() {
     let _serial = serial();
     let server = RedisServer::start();
     runtime().block_on(async {
-        let client = RedisConnection::new(Client::open(server.url()).unwrap()).unwrap();
+        let client = RedisConnection::connect_lazy(Client::open(server.url()).unwrap()).unwrap();
         let quota = Quota::new(Rate::per_second(10)).burst(10);
         let bucket = RedisBucket::builder(&client, "clock", quota)
             .connect_lazy()
@@ -404,7 +484,7 @@ fn a_server_clock_step_fails_no_call() {
     let _serial = serial();
     let server = RedisServer::start();
     runtime().block_on(async {
-        let client = RedisConnection::new(Client::open(server.url()).unwrap()).unwrap();
+        let client = RedisConnection::connect_lazy(Client::open(server.url()).unwrap()).unwrap();
         let quota = Quota::new(Rate::per_second(10)).burst(10);
         // A long timeout, so that a late answer comes back well within its quarter even on a
         // loaded box: the retry is for answers that plainly were not late.
@@ -433,7 +513,7 @@ fn a_reservation_of_2000_s_is_granted_by_both() {
     let _serial = serial();
     let server = RedisServer::start();
     runtime().block_on(async {
-        let client = RedisConnection::new(Client::open(server.url()).unwrap()).unwrap();
+        let client = RedisConnection::connect_lazy(Client::open(server.url()).unwrap()).unwrap();
         let quota = Quota::new(Rate::per_second(999_983))
             .burst(1_000_000_000)
             .start_empty();

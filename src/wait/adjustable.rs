@@ -6,7 +6,7 @@
 
 use core::time::Duration;
 
-use super::ReserveCancel;
+use super::gate::{ReserveCancel, ReserveNow};
 use crate::engine::layout::Layout;
 use crate::{AdjustableBucket, AdjustableWord, Clock, Denied};
 
@@ -23,28 +23,6 @@ pub(crate) struct AdjustableTake {
 impl<C: Clock, W: AdjustableWord> ReserveCancel for AdjustableBucket<C, W> {
     type Cost = u32;
     type Taken = AdjustableTake;
-
-    fn reserve_now(&self, n: u32) -> Result<AdjustableTake, Denied> {
-        let now = self.clock().now();
-        self.update(
-            |p, word, now_units| {
-                let cost_units = p.cost(n)?;
-                let (due_units, ()) = p.take_now::<C>(word, now, now_units, cost_units)?;
-                let take = AdjustableTake {
-                    params: *p,
-                    due_units,
-                    cost_units,
-                    made_ticks: now,
-                };
-                Ok((due_units, take))
-            },
-            now,
-        )
-    }
-
-    fn take_at_once(&self, n: u32) -> Result<(), Denied> {
-        self.try_acquire(n)
-    }
 
     fn cancel(&self, taken: AdjustableTake) {
         let now = self.clock().now();
@@ -66,6 +44,30 @@ impl<C: Clock, W: AdjustableWord> ReserveCancel for AdjustableBucket<C, W> {
     }
 }
 
+impl<C: Clock, W: AdjustableWord> ReserveNow for AdjustableBucket<C, W> {
+    fn reserve_now(&self, n: u32) -> Result<AdjustableTake, Denied> {
+        let now = self.clock().now();
+        self.update(
+            |p, word, now_units| {
+                let cost_units = p.cost(n)?;
+                let (due_units, ()) = p.take_now::<C>(word, now, now_units, cost_units)?;
+                let take = AdjustableTake {
+                    params: *p,
+                    due_units,
+                    cost_units,
+                    made_ticks: now,
+                };
+                Ok((due_units, take))
+            },
+            now,
+        )
+    }
+
+    fn take_at_once(&self, n: u32) -> Result<(), Denied> {
+        self.try_acquire(n)
+    }
+}
+
 #[cfg(feature = "std")]
 impl<C: Clock, W: AdjustableWord> super::queue::Lined for AdjustableBucket<C, W> {
     type Clock = C;
@@ -78,7 +80,7 @@ impl<C: Clock, W: AdjustableWord> super::queue::Lined for AdjustableBucket<C, W>
     fn ticks_until_holding(&self, now_ticks: u64, units: u64) -> u64 {
         let ((_generation, word), p) = self.current();
         let now_units = p.units_at(now_ticks);
-        let units = units.min(p.max_debt_units);
+        let units = units.min(p.max_debt_units());
         match p.take(word, now_units, units, 0) {
             Ok(_) => 0,
             Err(short) => p.ticks_until(now_ticks, short),
@@ -86,7 +88,7 @@ impl<C: Clock, W: AdjustableWord> super::queue::Lined for AdjustableBucket<C, W>
     }
     fn slack_ticks(&self, now_ticks: u64, units: u64) -> u64 {
         let p = self.current().1;
-        p.ticks_until(now_ticks, p.burst_units.saturating_sub(units))
+        p.ticks_until(now_ticks, p.burst_units().saturating_sub(units))
     }
 }
 
@@ -222,7 +224,12 @@ mod tests {
             waiters.map(|w| w.join().unwrap())
         });
         for waited in waited {
-            assert!(waited.unwrap() >= ms(200));
+            let waited = waited.unwrap();
+            // Under miri the sleeps run on its emulated clock, not for the wall time asked, so
+            // only the count below is pinned there.
+            if !cfg!(miri) {
+                assert!(waited >= ms(200), "{waited:?}");
+            }
         }
         // Exactly four tokens were taken: none were left behind or taken twice.
         let accrued = clock.now() / 100_000_000;

@@ -6,7 +6,7 @@ use std::task::{Wake, Waker};
 use std::thread::{self, Thread};
 
 use super::queue::{at_once, plan, Lined, Plan, Step, Waiter};
-use super::{jitter_after, CancelOnDrop, ReserveCancel};
+use super::{jitter_after, CancelOnDrop, ReserveNow};
 use crate::clock::ticks_to_duration_ceil;
 use crate::{Clock, Denied, Jitter, TokenBucket, Word};
 
@@ -49,7 +49,7 @@ fn wait_blocking<B: Lined, const N: usize, T>(
 
 /// Waits in line for `cost` from `gate`, then sleeps `jitter` holding the take: every blocking
 /// wait. Returns the time waited, the jitter included.
-pub(crate) fn acquire_blocking<G: ReserveCancel, B: Lined, const N: usize>(
+pub(crate) fn acquire_blocking<G: ReserveNow, B: Lined, const N: usize>(
     gate: &G,
     waiter: Waiter<'_, B, N>,
     cost: G::Cost,
@@ -67,7 +67,7 @@ pub(crate) fn acquire_blocking<G: ReserveCancel, B: Lined, const N: usize>(
 
 /// `n` tokens from one bucket with a line, blocking, no jitter: the whole of a bucket's
 /// `acquire_blocking_timeout`.
-pub(crate) fn acquire_one_blocking<B: Lined + ReserveCancel<Cost = u32>>(
+pub(crate) fn acquire_one_blocking<B: Lined + ReserveNow<Cost = u32>>(
     bucket: &B,
     n: u32,
     timeout: Duration,

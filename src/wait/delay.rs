@@ -4,7 +4,7 @@ use core::time::Duration;
 
 use embedded_hal::delay::DelayNs;
 
-use super::{jitter_after, CancelOnDrop, ReserveCancel};
+use super::{jitter_after, CancelOnDrop, ReserveNow};
 use crate::{Clock, Denied, Jitter, TokenBucket, Word};
 
 impl<C: Clock, W: Word> TokenBucket<C, W> {
@@ -63,7 +63,7 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
 
 /// Tries `gate` until it grants `cost`, sleeping on `delay` while it is short, then sleeps
 /// `jitter` holding the take. Returns the time slept, the jitter included.
-pub(crate) fn acquire_with_delay<G: ReserveCancel>(
+pub(crate) fn acquire_with_delay<G: ReserveNow>(
     gate: &G,
     cost: G::Cost,
     delay: &mut impl DelayNs,

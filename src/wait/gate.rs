@@ -1,33 +1,58 @@
-//! What every wait shares: the gate it takes from ([`ReserveCancel`]), the guard that gives a
-//! take back if the caller goes away before acting ([`CancelOnDrop`]), and the jitter after a
-//! wait that slept.
+//! What every wait shares: the gate it takes from ([`ReserveCancel`], with its take completing
+//! now, [`ReserveNow`], or after a round trip, `ReserveLater`), the guard that gives a take back
+//! if the caller goes away before acting ([`CancelOnDrop`]), and the jitter after a wait that
+//! slept.
 
 use core::time::Duration;
 
 use super::Jitter;
 use crate::{Clock, Denied, Limits, LimitsReservation, Reservation, TokenBucket, Word};
 
-/// What a wait needs from a gate: take a request now, or say how long until it could; and
-/// give back what was taken, when the caller will not act on it after all (a task dropped
-/// during its jitter).
+/// What every wait needs from a gate, however its take completes: what a request costs, what a
+/// take holds, and how to give a take back when the caller will not act on it after all (a
+/// task dropped during its jitter). The take itself is [`ReserveNow`] for a gate that decides
+/// with a compare-exchange, and `ReserveLater` for one that decides in a round trip (a
+/// `RedisBucket`).
 pub(crate) trait ReserveCancel {
     /// What one request costs: tokens, or one count per bucket of a [`Limits`].
     type Cost: Copy;
     /// What a take holds until the caller acts or gives it back.
     type Taken;
+    /// Gives back what a take took, less what the burst cap would have cut since: never a
+    /// token more than was taken. Never blocks, so that a drop can call it: a gate whose
+    /// give-back is a round trip starts it and returns.
+    fn cancel(&self, taken: Self::Taken);
+}
+
+/// A gate whose take completes at once: [`TokenBucket`], `AdjustableBucket`, [`Limits`].
+pub(crate) trait ReserveNow: ReserveCancel {
     /// Takes `cost` now, or says how long until it could. A denial takes nothing.
     fn reserve_now(&self, cost: Self::Cost) -> Result<Self::Taken, Denied>;
     /// Takes `cost` now for good, or says how long until it could: the fast path of a wait
     /// with nobody in line, which has no jitter to hold the take through.
     fn take_at_once(&self, cost: Self::Cost) -> Result<(), Denied>;
-    /// Gives back what [`reserve_now`](Self::reserve_now) took, less what the burst cap would
-    /// have cut since: never a token more than was taken.
-    fn cancel(&self, taken: Self::Taken);
+}
+
+/// A gate whose take completes when a server answers: `RedisBucket`. Its line cannot hold a
+/// lock across the take, so it keeps its own (`redis::line`), but the guard and the jitter are
+/// the same.
+#[cfg(feature = "redis")]
+pub(crate) trait ReserveLater: ReserveCancel {
+    /// Why a take failed: denied, or the server's fault.
+    type Error;
+    /// Takes `cost` when the answer comes, or says why not. A denial takes nothing.
+    async fn reserve_later(&self, cost: Self::Cost) -> Result<Self::Taken, Self::Error>;
 }
 
 impl<C: Clock, W: Word> ReserveCancel for TokenBucket<C, W> {
     type Cost = u32;
     type Taken = Reservation;
+    fn cancel(&self, taken: Reservation) {
+        self.refund(taken);
+    }
+}
+
+impl<C: Clock, W: Word> ReserveNow for TokenBucket<C, W> {
     fn reserve_now(&self, n: u32) -> Result<Reservation, Denied> {
         self.reserve(n, Duration::ZERO)
     }
@@ -35,22 +60,22 @@ impl<C: Clock, W: Word> ReserveCancel for TokenBucket<C, W> {
     fn take_at_once(&self, n: u32) -> Result<(), Denied> {
         self.try_acquire(n)
     }
-    fn cancel(&self, taken: Reservation) {
-        self.refund(taken);
-    }
 }
 
 impl<C: Clock, const N: usize, W: Word> ReserveCancel for Limits<'_, C, N, W> {
     type Cost = [u32; N];
     type Taken = LimitsReservation<N>;
+    fn cancel(&self, mut taken: LimitsReservation<N>) {
+        self.refund_parts(&mut taken.parts);
+    }
+}
+
+impl<C: Clock, const N: usize, W: Word> ReserveNow for Limits<'_, C, N, W> {
     fn reserve_now(&self, costs: [u32; N]) -> Result<LimitsReservation<N>, Denied> {
         self.reserve(costs, Duration::ZERO)
     }
     fn take_at_once(&self, costs: [u32; N]) -> Result<(), Denied> {
         self.try_acquire(costs)
-    }
-    fn cancel(&self, mut taken: LimitsReservation<N>) {
-        self.refund_parts(&mut taken.parts);
     }
 }
 

@@ -1,14 +1,17 @@
-//! Waiting for tokens, for every kind of gate: one crate-private trait ([`ReserveCancel`]:
-//! take now, or give back what was taken), one guard that gives back on drop
-//! ([`CancelOnDrop`]), and [`Jitter`] after any wait that slept.
+//! Waiting for tokens, for every kind of gate: one crate-private trait ([`ReserveCancel`]: what
+//! a request costs, and give back what was taken), whose take completes now ([`ReserveNow`], a
+//! compare-exchange: `TokenBucket`, `AdjustableBucket`, [`Limits`](crate::Limits)) or after a
+//! round trip (`ReserveLater`: `RedisBucket`); one guard that gives back on drop
+//! ([`CancelOnDrop`]); and [`Jitter`] after any wait that slept.
 //!
 //! Waiters line up per bucket ([`queue`]): only the head of the line takes its tokens, when they
 //! fall due, so a waiter that gives up leaves nothing behind. The same line serves threads
 //! ([`blocking`]), tokio tasks ([`tokio`](self::tokio)), [`Limits`](crate::Limits) and tower's
 //! backpressure. Without `std` there is no line (it needs a heap): [`delay`] sleeps until the
 //! tokens are due and then tries, so it too takes nothing before it acts. `RedisBucket`'s line
-//! is its own (`redis::line`): its takes are calls to Redis, which this trait's synchronous
-//! take cannot make.
+//! is its own (`redis::line`), because this one takes under its lock and a round trip cannot be
+//! made there; its waits (`redis::wait`) take through `ReserveLater` with no lock held, then
+//! sleep the jitter in the same [`CancelOnDrop`], whose give-back starts a call to Redis.
 
 #[cfg(any(feature = "std", feature = "embedded-hal"))]
 crate::with_atomic64! {
@@ -32,7 +35,9 @@ pub(crate) use self::blocking::acquire_blocking;
 #[cfg(feature = "embedded-hal")]
 pub(crate) use self::delay::acquire_with_delay;
 #[cfg(any(feature = "std", feature = "embedded-hal"))]
-pub(crate) use self::gate::{jitter_after, CancelOnDrop, ReserveCancel};
+pub(crate) use self::gate::{jitter_after, CancelOnDrop, ReserveNow};
+#[cfg(feature = "redis")]
+pub(crate) use self::gate::{ReserveCancel, ReserveLater};
 pub use self::jitter::Jitter;
 #[cfg(feature = "tokio")]
 pub(crate) use self::tokio::acquire_async;

@@ -665,7 +665,7 @@ impl<C: Clock, W: Word> Lined for TokenBucket<C, W> {
         let now_units = p.units_at(now_ticks);
         let word = cell.read(now_units);
         // Within the range `take` reads: beyond the debt bound a wait is decades anyway.
-        let units = units.min(p.max_debt_units);
+        let units = units.min(p.max_debt_units());
         match p.take(word, now_units, units, 0) {
             Ok(_) => 0,
             Err(short) => p.ticks_until(now_ticks, short),
@@ -673,7 +673,7 @@ impl<C: Clock, W: Word> Lined for TokenBucket<C, W> {
     }
     fn slack_ticks(&self, now_ticks: u64, units: u64) -> u64 {
         let p = self.cell().params;
-        p.ticks_until(now_ticks, p.burst_units.saturating_sub(units))
+        p.ticks_until(now_ticks, p.burst_units().saturating_sub(units))
     }
 }
 

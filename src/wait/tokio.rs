@@ -9,7 +9,7 @@ use std::boxed::Box;
 use ::tokio::time::{sleep_until, Instant, Sleep};
 
 use super::queue::{at_once, plan, Lined, Plan, Step, Waiter};
-use super::{jitter_after, CancelOnDrop, ReserveCancel};
+use super::{jitter_after, CancelOnDrop, ReserveNow};
 use crate::clock::ticks_to_duration_ceil;
 use crate::{Clock, Denied, Jitter, TokenBucket, Word};
 
@@ -89,7 +89,7 @@ pub(crate) async fn wait_async<B: Lined, const N: usize, T>(
 /// Waits in line for `cost` from `gate`, then sleeps `jitter` holding the take: every async
 /// wait. Cancel-safe: dropped in line it has taken nothing; dropped during its jitter it gives
 /// the take back. Returns the time waited, the jitter included.
-pub(crate) async fn acquire_async<G: ReserveCancel, B: Lined, const N: usize>(
+pub(crate) async fn acquire_async<G: ReserveNow, B: Lined, const N: usize>(
     gate: &G,
     waiter: Waiter<'_, B, N>,
     cost: G::Cost,
@@ -107,7 +107,7 @@ pub(crate) async fn acquire_async<G: ReserveCancel, B: Lined, const N: usize>(
 
 /// `n` tokens from one bucket with a line, as a task, no jitter: the whole of a bucket's
 /// `acquire_timeout`.
-pub(crate) async fn acquire_one_async<B: Lined + ReserveCancel<Cost = u32>>(
+pub(crate) async fn acquire_one_async<B: Lined + ReserveNow<Cost = u32>>(
     bucket: &B,
     n: u32,
     timeout: Duration,

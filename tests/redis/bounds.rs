@@ -48,7 +48,7 @@ fn fleet(url: &str, name: &str) -> Vec<(&'static str, RedisBucket)> {
     let mut buckets = Vec::new();
     for policy_name in POLICIES {
         for _process in 0..2 {
-            let connection = RedisConnection::new(Client::open(url).unwrap()).unwrap();
+            let connection = RedisConnection::connect_lazy(Client::open(url).unwrap()).unwrap();
             let bucket =
                 RedisBucket::builder(&connection, format!("{name}-{policy_name}"), quota())
                     .policy(policy(policy_name))
@@ -314,7 +314,7 @@ fn calls_given_up_during_a_stall_take_nothing_when_it_thaws() {
     let _serial = serial();
     let server = RedisServer::start();
     runtime().block_on(async {
-        let connection = RedisConnection::new(Client::open(server.url()).unwrap()).unwrap();
+        let connection = RedisConnection::connect_lazy(Client::open(server.url()).unwrap()).unwrap();
         let bucket = RedisBucket::builder(&connection, "thawed", quota())
             .timeout(TIMEOUT)
             .connect()
@@ -403,7 +403,7 @@ fn a_silent_link_is_replaced() {
             .expect("INFO stats")
     };
     runtime().block_on(async {
-        let connection = RedisConnection::new(Client::open(proxy.url()).unwrap()).unwrap();
+        let connection = RedisConnection::connect_lazy(Client::open(proxy.url()).unwrap()).unwrap();
         let bucket = RedisBucket::builder(&connection, "silent", quota())
             .timeout(TIMEOUT)
             .connect()
@@ -482,7 +482,7 @@ fn waiters_queued_before_a_restart_queue_again() {
     let url = server.url();
     let rt = runtime();
     let connection =
-        rt.block_on(async { RedisConnection::new(Client::open(url).unwrap()).unwrap() });
+        rt.block_on(async { RedisConnection::connect_lazy(Client::open(url).unwrap()).unwrap() });
     let bucket = RedisBucket::builder(&connection, "queued", quota())
         .timeout(TIMEOUT)
         .connect_lazy()
@@ -542,7 +542,7 @@ fn a_cancel_after_the_key_is_gone_gives_nothing_back() {
     let _serial = serial();
     let server = RedisServer::start();
     runtime().block_on(async {
-        let connection = RedisConnection::new(Client::open(server.url()).unwrap()).unwrap();
+        let connection = RedisConnection::connect_lazy(Client::open(server.url()).unwrap()).unwrap();
         for policy_name in POLICIES {
             let key = format!("deleted-{policy_name}");
             let bucket = RedisBucket::builder(&connection, key.as_str(), quota())
@@ -662,7 +662,8 @@ fn misconfiguration_is_an_error_under_every_policy() {
     let server = RedisServer::start();
     let nobody = crate::support::free_port().to_string();
     runtime().block_on(async {
-        let connection = RedisConnection::new(Client::open(server.url()).unwrap()).unwrap();
+        let connection =
+            RedisConnection::connect_lazy(Client::open(server.url()).unwrap()).unwrap();
         let buckets: Vec<_> = POLICIES
             .into_iter()
             .map(|name| {
@@ -734,7 +735,7 @@ fn a_loading_server_is_a_fault_and_the_connection_recovers() {
     server.lock().unwrap().command(&["SAVE"]);
     let url = server.lock().unwrap().url();
     runtime().block_on(async {
-        let connection = RedisConnection::new(Client::open(url).unwrap()).unwrap();
+        let connection = RedisConnection::connect_lazy(Client::open(url).unwrap()).unwrap();
         let build = |name: &str| {
             RedisBucket::builder(&connection, format!("loading-{name}"), quota())
                 .policy(policy(name))
@@ -799,7 +800,8 @@ fn a_value_that_is_not_a_bucket_heals() {
     let _serial = serial();
     let server = RedisServer::start();
     runtime().block_on(async {
-        let connection = RedisConnection::new(Client::open(server.url()).unwrap()).unwrap();
+        let connection =
+            RedisConnection::connect_lazy(Client::open(server.url()).unwrap()).unwrap();
         let garbage = [
             "nan 5",
             "1 2 3",
@@ -858,7 +860,7 @@ fn a_hundred_thousand_buckets_share_one_connection() {
     let _serial = serial();
     let server = RedisServer::start();
     runtime().block_on(async {
-        let connection = RedisConnection::new(Client::open(server.url()).unwrap()).unwrap();
+        let connection = RedisConnection::connect_lazy(Client::open(server.url()).unwrap()).unwrap();
         let buckets: Vec<_> = (0..100_000)
             .map(|i| {
                 RedisBucket::builder(&connection, format!("user:{i}"), quota())

@@ -49,7 +49,8 @@ fn drive(
     runtime().block_on(async {
         let buckets: Vec<RedisBucket> = (0..2)
             .map(|_| {
-                let connection = RedisConnection::new(Client::open(server.url()).unwrap()).unwrap();
+                let connection =
+                    RedisConnection::connect_lazy(Client::open(server.url()).unwrap()).unwrap();
                 RedisBucket::builder(&connection, key, quota())
                     .connect_lazy()
                     .unwrap()

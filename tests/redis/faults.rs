@@ -159,7 +159,8 @@ fn a_killed_server_follows_each_policy_and_clients_resume() {
 async fn call_through_the_outage(role: String) {
     let start_us: u64 = setting("START_US").parse().unwrap();
     let end_us: u64 = setting("END_US").parse().unwrap();
-    let client = RedisConnection::new(Client::open(setting("REDIS_URL")).unwrap()).unwrap();
+    let client =
+        RedisConnection::connect_lazy(Client::open(setting("REDIS_URL")).unwrap()).unwrap();
     let bucket = RedisBucket::builder(&client, format!("fault-{role}"), quota())
         .policy(policy(&role))
         .timeout(TIMEOUT)
@@ -188,7 +189,8 @@ fn a_frozen_server_times_out_and_recovers() {
     runtime().block_on(async {
         let timeout = Duration::from_millis(100);
         let build = |name: &str, policy: FaultPolicy| {
-            let client = RedisConnection::new(Client::open(server.url()).unwrap()).unwrap();
+            let client =
+                RedisConnection::connect_lazy(Client::open(server.url()).unwrap()).unwrap();
             RedisBucket::builder(&client, format!("frozen-{name}"), quota())
                 .policy(policy)
                 .timeout(timeout)
@@ -256,9 +258,10 @@ fn a_bucket_built_before_its_server_connects_later() {
     let _serial = serial();
     let port = free_port();
     runtime().block_on(async {
-        let client =
-            RedisConnection::new(Client::open(format!("redis://127.0.0.1:{port}/")).unwrap())
-                .unwrap();
+        let client = RedisConnection::connect_lazy(
+            Client::open(format!("redis://127.0.0.1:{port}/")).unwrap(),
+        )
+        .unwrap();
         let bucket = RedisBucket::builder(&client, "late", quota())
             .timeout(Duration::from_millis(100))
             .connect_lazy()
@@ -276,7 +279,7 @@ fn a_bucket_built_before_its_server_connects_later() {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         // `connect` instead refuses a server that is not there.
-        let nobody = RedisConnection::new(
+        let nobody = RedisConnection::connect_lazy(
             Client::open(format!("redis://127.0.0.1:{}/", free_port())).unwrap(),
         )
         .unwrap();

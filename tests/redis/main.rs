@@ -6,8 +6,12 @@
 
 mod bounds;
 mod clock;
+mod cluster;
 mod faults;
 mod giving_up;
+mod jitter;
+mod keyed;
+mod lease;
 mod nginx;
 mod sharing;
 mod support;

@@ -84,7 +84,8 @@ async fn send_through_nginx() {
     let end_us: u64 = setting("END_US").parse().unwrap();
     let rate: u64 = setting("RATE").parse().unwrap();
     let location = setting("LOCATION");
-    let client = RedisConnection::new(Client::open(setting("REDIS_URL")).unwrap()).unwrap();
+    let client =
+        RedisConnection::connect_lazy(Client::open(setting("REDIS_URL")).unwrap()).unwrap();
     let quota = Quota::new(Rate::per_second(rate)).burst(BURST);
     let bucket = RedisBucket::builder(&client, format!("nginx-{location}"), quota)
         .timeout(Duration::from_secs(1))

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// `redis-server`, `nginx` and libfaketime: found on this machine, or installed by the first
 /// test that misses one.
-mod system {
+pub mod system {
     include!("../support/system.rs");
 }
 

@@ -14,11 +14,11 @@ impl Layout {
     pub(crate) fn max_pause_ticks(&self) -> u64 {
         let a = self.units_per_quantum.get();
         if self.fraction_bits != 0 {
-            let ticks = (u128::from(self.max_debt_units) << self.fraction_bits) / u128::from(a);
+            let ticks = (u128::from(self.max_debt_units()) << self.fraction_bits) / u128::from(a);
             return u64::try_from(ticks).unwrap_or(u64::MAX);
         }
-        (self.max_debt_units / a)
-            .checked_shl(self.shift)
+        (self.max_debt_units() / a)
+            .checked_shl(u32::from(self.shift))
             .unwrap_or(u64::MAX)
     }
 
@@ -52,7 +52,7 @@ impl Layout {
         // One unit past the debt bound at most: no reservation ever stands there, and a word
         // already there is fenced.
         let debt = self.debt(word, now_units);
-        if debt > self.max_debt_units {
+        if debt > self.max_debt_units() {
             return Err(debt);
         }
         Ok((self.fenced(now_units, debt + 1), Some(debt)))

@@ -9,8 +9,16 @@
 //! construction: the burst and the debt bound each fit in a quarter of the word.
 
 use crate::clock::{ticks_to_duration_ceil, Clock};
+use crate::engine::div::{div, div_ceil};
 use crate::engine::layout::Layout;
+use crate::engine::word::Word;
 use crate::Denied;
+
+// The quota change. Compiled everywhere; unused only where neither of its callers is
+// (`AdjustableBucket`, on 64-bit atomics; the keyed tiers, with `std` or `heapless`).
+crate::cfg_atomic64! { not, cfg_attr(not(any(feature = "std", feature = "heapless")), allow(dead_code));
+    mod convert;
+}
 
 impl Layout {
     /// The clock reading in units, read to the quantum (or in fixed point).
@@ -20,9 +28,16 @@ impl Layout {
         let quanta = if self.shift == 0 {
             now_ticks
         } else {
-            (now_ticks >> self.shift) & self.quanta_mask
+            (now_ticks >> self.shift) & self.quanta_mask()
         };
-        (quanta.wrapping_mul(self.units_per_quantum.get()) >> self.fraction_bits) & self.units_mask
+        let product = quanta.wrapping_mul(self.units_per_quantum.get());
+        // `fraction_bits` is 0 or 32: the high half is taken without a variable shift.
+        let units = if self.fraction_bits == 0 {
+            product
+        } else {
+            product >> 32
+        };
+        units & self.units_mask()
     }
 
     /// The word a bucket starts from at its first use.
@@ -84,7 +99,7 @@ impl Layout {
         cost: u64,
         max_wait_ticks: u64,
     ) -> Result<(u64, u64), u64> {
-        match self.take(word, now_units, cost, self.max_debt_units) {
+        match self.take(word, now_units, cost, self.max_debt_units()) {
             Ok((word, debt)) => {
                 let wait = self.ticks_until(now_ticks, debt);
                 if wait > max_wait_ticks {
@@ -93,7 +108,7 @@ impl Layout {
                 Ok((word, wait))
             }
             Err(beyond) => {
-                let wait = self.ticks_until(now_ticks, beyond + self.max_debt_units);
+                let wait = self.ticks_until(now_ticks, beyond + self.max_debt_units());
                 Err(self
                     .ticks_until(now_ticks, beyond)
                     .max(wait.saturating_sub(max_wait_ticks)))
@@ -114,7 +129,8 @@ impl Layout {
         self.restored(word, now_units, cost)
     }
 
-    /// The word with `restore` units more, capped by the burst; `None` when that adds nothing.
+    /// The word with `restore` units more, capped by the ceiling (the most the bucket holds, as
+    /// the Redis script caps it); `None` when that adds nothing.
     #[inline]
     fn restored(&self, word: u64, now_units: u64, restore: u64) -> Option<u64> {
         if restore == 0 {
@@ -122,8 +138,8 @@ impl Layout {
         }
         let level = self.level(word, now_units);
         let raised = level
-            .saturating_add(restore.min(self.burst_units) as i64)
-            .min(self.burst_units as i64);
+            .saturating_add(restore.min(self.ceiling_units) as i64)
+            .min(self.ceiling_units as i64);
         (raised > level).then(|| self.at_level(now_units, raised))
     }
 
@@ -137,7 +153,10 @@ impl Layout {
     /// Whole tokens in the bucket; 0 in debt.
     #[inline]
     pub(crate) fn tokens(&self, word: u64, now_units: u64) -> u64 {
-        self.level(word, now_units).max(0) as u64 / self.units_per_token
+        div(
+            self.level(word, now_units).max(0) as u64,
+            self.units_per_token.get(),
+        )
     }
 
     /// Ticks from `now_ticks` until `units` more have accrued, read to the quantum (or in fixed
@@ -150,44 +169,80 @@ impl Layout {
         let a = self.units_per_quantum.get();
         if self.fraction_bits != 0 {
             // The least d with floor((now + d) M / 2^f) >= floor(now M / 2^f) + units:
-            // d M >= units · 2^f - (now M mod 2^f).
-            let f = self.fraction_bits;
-            if units >= 1 << (64 - f) {
+            // d M >= units · 2^f - (now M mod 2^f), with f = 32 (constant shifts: on a 32-bit
+            // core, moves of halves).
+            if units > u64::from(u32::MAX) {
                 return u64::MAX;
             }
-            let behind = now_ticks.wrapping_mul(a) & ((1 << f) - 1);
-            return ((units << f) - behind).div_ceil(a);
+            let behind = u64::from(now_ticks.wrapping_mul(a) as u32);
+            return div_ceil((units << 32) - behind, a);
         }
-        let quanta = (units - 1) / a + 1;
+        // Most layouts take a power of two of units a quantum (one, for rates that divide the
+        // clock's frequency): a shift, not a division, on the denial path.
+        let quanta = if a.is_power_of_two() {
+            ((units - 1) >> a.trailing_zeros()) + 1
+        } else {
+            div(units - 1, a) + 1
+        };
         let due = (now_ticks >> self.shift)
             .wrapping_add(quanta)
-            .wrapping_shl(self.shift);
+            .wrapping_shl(u32::from(self.shift));
         due.wrapping_sub(now_ticks)
     }
 
     /// The cost of `n` tokens in units, or `ExceedsCapacity`.
     #[inline]
     pub(crate) fn cost(&self, n: u32) -> Result<u64, Denied> {
-        if u64::from(n) > self.burst {
-            return Err(Denied::ExceedsCapacity { burst: self.burst });
+        // `n · U` is a multiple of `U`, and the ceiling is below the burst plus one token: so
+        // `n · U` fits under the ceiling exactly when `n` is at most the burst. No division.
+        match u64::from(n).checked_mul(self.units_per_token.get()) {
+            Some(cost) if cost <= self.ceiling_units => Ok(cost),
+            _ => Err(self.exceeds_capacity()),
         }
-        // n <= burst and burst × units_per_token < 2^62: no overflow.
-        Ok(u64::from(n) * self.units_per_token.get())
+    }
+
+    /// [`cost`](Self::cost) on the word `W`: on the 32-bit word the burst of a denial is worked
+    /// out with a 32-bit division, so `try_acquire` links no 64-bit one.
+    #[inline]
+    pub(crate) fn cost_on<W: Word>(&self, n: u32) -> Result<u64, Denied> {
+        match u64::from(n).checked_mul(self.units_per_token.get()) {
+            Some(cost) if cost <= self.ceiling_units => Ok(cost),
+            _ if W::BITS == 32 => Err(self.exceeds_narrow_capacity()),
+            _ => Err(self.exceeds_capacity()),
+        }
+    }
+
+    /// The denial of a request above the burst, which is worked out from the layout.
+    #[cold]
+    fn exceeds_capacity(&self) -> Denied {
+        Denied::ExceedsCapacity {
+            burst: self.burst(),
+        }
+    }
+
+    /// [`exceeds_capacity`](Self::exceeds_capacity) on the 32-bit word, whose burst in units
+    /// and units per token are below 2^32.
+    #[cold]
+    fn exceeds_narrow_capacity(&self) -> Denied {
+        let (units, per_token) = (self.burst_units() as u32, self.units_per_token.get() as u32);
+        Denied::ExceedsCapacity {
+            burst: u64::from(units.checked_div(per_token).unwrap_or(0)),
+        }
     }
 
     /// Units the bucket lacks at `now_units` to be full; 0 when it is full. A never-used word
     /// holds its start fill.
     #[inline]
     pub(crate) fn units_to_full(&self, word: u64, now_units: u64) -> u64 {
-        if word == self.unused {
-            return self.burst_units - self.start_units;
+        if word == self.unused() {
+            return self.burst_units() - self.start_units;
         }
         let level = self.level(word, now_units);
-        if level >= self.burst_units as i64 {
+        if level >= self.burst_units() as i64 {
             return 0;
         }
         // burst - level < 2^62 + 2^63 even for a clock stepped far back: it fits in a u64.
-        (self.burst_units as i64).wrapping_sub(level) as u64
+        (self.burst_units() as i64).wrapping_sub(level) as u64
     }
 
     /// Ticks from `now_ticks` until the bucket in `word` is full.
@@ -232,7 +287,7 @@ impl Layout {
     /// Never stores the never-used mark: one unit later instead, which grants nothing extra.
     #[inline]
     fn keep(&self, word: u64) -> u64 {
-        if word == self.unused {
+        if word == self.unused() {
             self.add(word, 1)
         } else {
             word
@@ -270,14 +325,14 @@ impl Layout {
     /// tokens.
     pub(crate) fn paused(&self, word: u64, now_units: u64, pause_units: u64) -> Option<u64> {
         // pause_units <= W / 4: the negated level fits an i64 on every word.
-        let target = -(pause_units.min(self.max_debt_units) as i64);
+        let target = -(pause_units.min(self.max_debt_units()) as i64);
         (self.level(word, now_units) > target).then(|| self.at_level(now_units, target))
     }
 
     /// The word `debt` units in debt at `now_units`, for `debt` at most one unit past the
     /// bound: the negative window has room for it on every word.
     pub(crate) fn fenced(&self, now_units: u64, debt: u64) -> u64 {
-        self.at_level(now_units, -(debt.min(self.max_debt_units + 1) as i64))
+        self.at_level(now_units, -(debt.min(self.max_debt_units() + 1) as i64))
     }
 
     /// Units from `now_units` until the bucket is empty again: 0 when it holds tokens.
@@ -289,73 +344,19 @@ impl Layout {
     /// acted on. Gives back what the bucket would hold had the take never happened, or less:
     /// without the take the level was higher by `cost`, less what the burst cap has since cut
     /// from that history, and that is at most what accrued beyond the burst since the take
-    /// (`now - due + cost - burst`). So it gives back `min(cost, burst - (now - due))`, capped by
-    /// the burst, whatever immediate grants others took in between: a denied caller loses nobody
-    /// a token. But a bucket in debt that has moved since the take gives back nothing: a later
+    /// (`now - due + cost - ceiling`, the ceiling being the most the bucket holds). So it gives
+    /// back `min(cost, ceiling - (now - due))`, capped by the ceiling, whatever immediate grants
+    /// others took in between: a denied caller loses nobody a token. But a bucket in debt that has moved since the take gives back nothing: a later
     /// reservation counts on those tokens, or a pause holds it, and neither may be cut short.
     pub(crate) fn refund(&self, word: u64, now_units: u64, due: u64, cost: u64) -> Option<u64> {
         if word != due && self.level(word, now_units) < 0 {
             return None;
         }
-        let headroom = (self.burst_units as i64).saturating_sub(self.elapsed(now_units, due));
+        let headroom = (self.ceiling_units as i64).saturating_sub(self.elapsed(now_units, due));
         let restore = (cost as i64).min(headroom);
         if restore <= 0 {
             return None;
         }
         self.restored(word, now_units, restore as u64)
-    }
-}
-
-/// The transition for a change of quota: `AdjustableBucket`'s (which needs 64-bit atomics) and
-/// a keyed limiter's change of one key's tier.
-// Compiled everywhere; unused only where neither of its callers is.
-#[cfg_attr(
-    not(any(target_has_atomic = "64", feature = "std", feature = "heapless")),
-    allow(dead_code)
-)]
-impl Layout {
-    /// The word under `to` holding, at `now_ticks`, what `word` holds under `self`. Tokens are
-    /// kept as-is (fractions rounded toward fewer), less the part of a step that `to`'s reading
-    /// has not yet counted at `now_ticks` (it will count it at its next step, and `self` may
-    /// have counted it already), capped by the new burst. Debt is kept in time: the instant the
-    /// bucket is empty again stays where it was (read to the new resolution, never earlier), so a
-    /// pause still ends when it said and reservations still fall due when they said, clamped to
-    /// the new debt bound. So a change of quota never mints and never shortens a pause, however
-    /// often it comes.
-    pub(crate) fn converted(&self, to: &Layout, word: u64, now_ticks: u64) -> u64 {
-        let now_units = self.units_at(now_ticks);
-        let level = self.level(word, now_units);
-        let to_now = to.units_at(now_ticks);
-        if level < 0 {
-            let ticks = self.ticks_until(now_ticks, level.unsigned_abs());
-            // A debt longer than the new word's deepest is its deepest; shorter ones are read
-            // under half the new word, so they read forward.
-            if ticks >= to.max_pause_ticks() {
-                return to.at_level(to_now, -(to.max_debt_units as i64));
-            }
-            // One unit past the reading at the instant: the new reading reaches it no earlier.
-            let debt = to.elapsed(to.units_at(now_ticks.wrapping_add(ticks)), to_now) + 1;
-            let debt = debt.clamp(0, to.max_debt_units as i64);
-            return to.at_level(to_now, -debt);
-        }
-        let scaled = (i128::from(level) * i128::from(to.units_per_token.get()))
-            .div_euclid(i128::from(self.units_per_token.get()));
-        let level = (scaled - i128::from(to.uncounted(now_ticks)))
-            .clamp(-i128::from(to.max_debt_units), i128::from(to.burst_units));
-        // Within the new word's debt bound and burst: fits an i64.
-        to.at_level(to_now, level as i64)
-    }
-
-    /// Units accrued at `now_ticks` that the reading has not counted yet, rounded up: the part
-    /// of the current quantum (or fixed-point unit) already past.
-    fn uncounted(&self, now_ticks: u64) -> u64 {
-        let a = self.units_per_quantum.get();
-        if self.fraction_bits != 0 {
-            let behind = now_ticks.wrapping_mul(a) & ((1 << self.fraction_bits) - 1);
-            return u64::from(behind != 0);
-        }
-        let into = now_ticks & ((1 << self.shift) - 1);
-        // into < 2^shift and A · 2^shift fits in u128.
-        ((u128::from(into) * u128::from(a)).div_ceil(1 << self.shift)) as u64
     }
 }

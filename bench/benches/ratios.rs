@@ -1,0 +1,88 @@
+//! The README's table: ns per `try_acquire(1)` on one thread, tollgate beside its floor and
+//! governor on each clock, measured in interleaved rounds (every limiter once a round, in turn)
+//! and reported as medians, so that a shared machine's slow spells fall on all of them alike.
+//!
+//! `cargo bench --bench ratios` (`-- 41` for the rounds; 31 by default)
+//!
+//! The floor is what no limiter on that clock can beat: the clock's read (for the TSC, quanta's
+//! raw counter scaled to nanoseconds), one load and one compare-exchange.
+
+mod common;
+
+use std::hint::black_box;
+use std::time::Instant;
+
+use common::{line_up, Check, Path};
+
+/// Checks per timing: long enough to dwarf `Instant::now()`, short enough for many rounds.
+const CHECKS: u64 = 200_000;
+
+fn ns_per_check(limiter: &dyn Check) -> f64 {
+    let start = Instant::now();
+    black_box(limiter.run(CHECKS));
+    start.elapsed().as_nanos() as f64 / CHECKS as f64
+}
+
+fn median(mut xs: Vec<f64>) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    xs[xs.len() / 2]
+}
+
+/// Medians by name for every limiter on `path`.
+fn medians(path: Path, rounds: usize) -> Vec<(&'static str, f64)> {
+    let all = line_up(path, true);
+    for (_, limiter) in &all {
+        ns_per_check(&**limiter); // warm-up
+    }
+    let mut samples = vec![Vec::with_capacity(rounds); all.len()];
+    for _ in 0..rounds {
+        for (i, (_, limiter)) in all.iter().enumerate() {
+            samples[i].push(ns_per_check(&**limiter));
+        }
+    }
+    all.iter()
+        .zip(samples)
+        .map(|((name, _), xs)| (*name, median(xs)))
+        .collect()
+}
+
+fn main() {
+    let rounds = std::env::args()
+        .skip(1)
+        .find_map(|arg| arg.parse().ok())
+        .unwrap_or(31);
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    println!("try_acquire(1), one thread, medians of {rounds} interleaved rounds; {cores} cores");
+    println!();
+    println!("| path | floor | tollgate | governor | tollgate ÷ floor | tollgate ÷ governor |");
+    println!("|---|---|---|---|---|---|");
+    for path in [Path::Allow, Path::Deny] {
+        let m = medians(path, rounds);
+        let get = |name: &str| m.iter().find(|(n, _)| *n == name).map(|(_, ns)| *ns);
+        for (clock, peer) in [
+            ("manual", "manual/governor-fake"),
+            ("std", "std/governor-monotonic"),
+            ("tsc", "tsc/governor-default"),
+            ("coarse", "coarse/governor-upkeep"),
+        ] {
+            let floor = get(&format!("{clock}/floor")).unwrap();
+            let ours = get(&format!("{clock}/tollgate")).unwrap();
+            let theirs = get(peer).unwrap();
+            println!(
+                "| {clock}, {} | {floor:.1} | {ours:.1} | {theirs:.1} ({}) | {:.2} | {:.2} |",
+                path.name(),
+                peer.split('/').nth(1).unwrap(),
+                ours / floor,
+                ours / theirs,
+            );
+        }
+        // The cheapest clock against governor's default (the TSC through quanta).
+        let coarse = get("coarse/tollgate").unwrap();
+        let default = get("tsc/governor-default").unwrap();
+        println!(
+            "| coarse, {} | | {coarse:.1} | {default:.1} (default) | | {:.2} |",
+            path.name(),
+            coarse / default
+        );
+    }
+}

@@ -1,0 +1,167 @@
+//! 64-bit division for the paths that need one (a denial's `retry_after`, a request above the
+//! burst), without the 64-bit division routine on 32-bit targets: there it costs about a
+//! kilobyte of flash, more than the whole bucket. There it is long division in 16-bit digits on
+//! the core's own 32-bit division (Hacker's Delight, `divlu` and `udivdi3`), without a loop, so
+//! that the compiler can drop an unread result (a `retry_after` nobody asks for) along with its
+//! computation. On 64-bit targets it is the CPU's division. Neither panics: a zero divisor,
+//! which no caller passes, gives 0.
+
+/// `n / d`, for `d > 0` (0 for `d = 0`, which no caller passes: no panic path).
+#[inline]
+pub(crate) const fn div(n: u64, d: u64) -> u64 {
+    #[cfg(target_pointer_width = "64")]
+    {
+        match n.checked_div(d) {
+            Some(q) => q,
+            None => 0,
+        }
+    }
+    #[cfg(not(target_pointer_width = "64"))]
+    {
+        if n <= u32::MAX as u64 && d <= u32::MAX as u64 {
+            div32(n as u32, d as u32) as u64
+        } else {
+            long_division(n, d)
+        }
+    }
+}
+
+/// `ceil(n / d)`, for `d > 0`.
+#[inline]
+pub(crate) const fn div_ceil(n: u64, d: u64) -> u64 {
+    let q = div(n, d);
+    // q · d <= n: the product cannot overflow.
+    q + (q.wrapping_mul(d) != n) as u64
+}
+
+/// `n / d` for `d > 0` on 32-bit divisions only: `udivdi3` of Hacker's Delight (9-5).
+#[cfg_attr(target_pointer_width = "64", allow(dead_code))] // tested on the host
+#[inline(never)] // one copy; without a loop the compiler still knows it returns and writes nothing
+const fn long_division(n: u64, d: u64) -> u64 {
+    let d_high = (d >> 32) as u32;
+    if d_high == 0 {
+        let d = d as u32;
+        let n_high = (n >> 32) as u32;
+        if n_high < d {
+            return divlu(n_high, n as u32, d) as u64;
+        }
+        let q_high = div32(n_high, d);
+        let rem = n_high - q_high * d;
+        return ((q_high as u64) << 32) | divlu(rem, n as u32, d) as u64;
+    }
+    // Normalize the divisor to its top 32 bits; the estimate is then at most one too large.
+    let shift = d_high.leading_zeros();
+    let d_top = ((d << shift) >> 32) as u32;
+    let half = n >> 1;
+    let estimate = divlu((half >> 32) as u32, half as u32, d_top) as u64;
+    let mut q = ((estimate << shift) >> 31).saturating_sub(1);
+    // q · d <= n here, and n - q · d < 2d.
+    if n - q * d >= d {
+        q += 1;
+    }
+    q
+}
+
+/// `(high · 2^32 + low) / d` for `high < d` (so the quotient fits 32 bits): `divlu` of
+/// Hacker's Delight (9-3), two 16-bit digits, each estimate corrected at most twice.
+#[cfg_attr(target_pointer_width = "64", allow(dead_code))]
+const fn divlu(high: u32, low: u32, d: u32) -> u32 {
+    const B: u32 = 1 << 16;
+    let shift = d.leading_zeros();
+    let d = d << shift;
+    let (d1, d0) = (d >> 16, d & 0xFFFF);
+    // high < d, so shifting it left by `shift` keeps every bit.
+    let n32 = if shift == 0 {
+        high
+    } else {
+        (high << shift) | (low >> (32 - shift))
+    };
+    let n10 = low << shift;
+    let (n1, n0) = (n10 >> 16, n10 & 0xFFFF);
+
+    let q1 = digit(n32, n1, d1, d0);
+    let n21 = n32
+        .wrapping_mul(B)
+        .wrapping_add(n1)
+        .wrapping_sub(q1.wrapping_mul(d));
+    let q0 = digit(n21, n0, d1, d0);
+    q1 * B + q0
+}
+
+/// One 16-bit digit of the quotient of `(n · 2^16 + next) / (d1 · 2^16 + d0)`.
+#[cfg_attr(target_pointer_width = "64", allow(dead_code))]
+const fn digit(n: u32, next: u32, d1: u32, d0: u32) -> u32 {
+    const B: u64 = 1 << 16;
+    let (n, next, d1, d0) = (n as u64, next as u64, d1 as u64, d0 as u64);
+    // 32-bit divisions: n < 2^32 and d1 < 2^16.
+    let mut q = div32(n as u32, d1 as u32) as u64;
+    let mut rem = n - q * d1;
+    if q >= B || q * d0 > B * rem + next {
+        q -= 1;
+        rem += d1;
+        if rem < B && (q >= B || q * d0 > B * rem + next) {
+            q -= 1;
+        }
+    }
+    q as u32
+}
+
+/// `n / d` on the core's 32-bit division, and 0 for `d = 0` (which no caller passes): no panic
+/// path, so the compiler may drop a division whose result nobody reads.
+#[cfg_attr(target_pointer_width = "64", allow(dead_code))]
+#[inline]
+const fn div32(n: u32, d: u32) -> u32 {
+    match n.checked_div(d) {
+        Some(q) => q,
+        None => 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_division_divides_as_the_cpu_does() {
+        let edges = [
+            0,
+            1,
+            2,
+            3,
+            7,
+            0xFFFF,
+            0x1_0000,
+            0x8000_0000,
+            1_000_000_000,
+            u32::MAX as u64 - 1,
+            u32::MAX as u64,
+            u32::MAX as u64 + 1,
+            0x1_0000_0001,
+            0xFFFF_FFFF_0000_0000,
+            (1 << 63) - 1,
+            1 << 63,
+            (1 << 63) + 1,
+            u64::MAX - 1,
+            u64::MAX,
+        ];
+        for n in edges {
+            for d in edges.into_iter().filter(|&d| d > 0) {
+                assert_eq!(long_division(n, d), n / d, "{n} / {d}");
+                assert_eq!(div(n, d), n / d, "{n} / {d}");
+                assert_eq!(div_ceil(n, d), n.div_ceil(d), "{n} / {d}");
+            }
+        }
+        // Operands of every width, against the CPU.
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        // Fewer under miri, which interprets every step.
+        let rounds = if cfg!(miri) { 2_000 } else { 200_000 };
+        for _ in 0..rounds {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let n = x >> (x % 61);
+            let d = (x.rotate_left(29) >> (x.rotate_left(7) % 64)).max(1);
+            assert_eq!(long_division(n, d), n / d, "{n} / {d}");
+        }
+    }
+}

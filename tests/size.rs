@@ -1,0 +1,117 @@
+//! A bucket on a zero-sized clock fits in one 64-byte cache line, checked at compile time, and
+//! still answers what quota it enforces, worked out from its layout.
+
+use core::mem::size_of;
+use core::time::Duration;
+
+use tollgate::{Clock, ManualClock, Quota, Rate, TokenBucket};
+
+/// A zero-sized clock, as a firmware's SysTick or a `static` clock reference would be.
+struct Zst;
+
+impl Clock for Zst {
+    const TICKS_PER_SECOND: u64 = 64_000_000;
+    fn now(&self) -> u64 {
+        0
+    }
+}
+
+/// A zero-sized nanosecond clock, for the 64-bit word's rounded layouts.
+struct Nanos;
+
+impl Clock for Nanos {
+    const TICKS_PER_SECOND: u64 = 1_000_000_000;
+    fn now(&self) -> u64 {
+        0
+    }
+}
+
+// The word, the layout's six words and its six bytes of shifts and flags.
+const _: () = assert!(size_of::<TokenBucket<Zst, u64>>() <= 64);
+const _: () = assert!(size_of::<TokenBucket<Zst, u32>>() <= 64);
+
+#[test]
+fn a_bucket_on_a_zero_sized_clock_is_one_cache_line() {
+    assert_eq!(size_of::<TokenBucket<Zst, u64>>(), 64);
+    assert_eq!(size_of::<TokenBucket<&ManualClock, u64>>(), 72);
+}
+
+/// The quota a bucket answers is the quota it was built with, on either word, wherever the
+/// solver holds the rate exactly.
+#[test]
+fn an_exact_bucket_answers_its_own_quota() {
+    let rows = [
+        Quota::new(Rate::per_second(10)).burst(10),
+        Quota::new(Rate::per_minute(171)).burst(20).start_with(5),
+        Quota::new(Rate::per_second(100).minus_percent(10).divided_by(4)).start_empty(),
+        Quota::new(Rate::new(3, Duration::from_millis(700))).burst(1),
+        Quota::new(Rate::per_minute(6)).burst(3).start_with(2),
+        Quota::new(Rate::per_second(1)).burst(100),
+    ];
+    for quota in rows {
+        let wide = TokenBucket::<_, u64>::try_new_with_word(quota, Zst).unwrap();
+        let narrow = TokenBucket::<_, u32>::try_new_with_word(quota, Zst).unwrap();
+        for (got, exact) in [
+            (wide.quota(), wide.is_exact()),
+            (narrow.quota(), narrow.is_exact()),
+        ] {
+            assert!(exact, "{quota}");
+            assert_eq!(got.rate(), quota.rate(), "{quota}");
+            assert_eq!(got.burst_size(), quota.burst_size(), "{quota}");
+            assert_eq!(got.start_fill(), quota.start_fill(), "{quota}");
+        }
+    }
+}
+
+/// Where the rate was rounded, the answer is the enforced rate: never above the quota's, and
+/// within the solver's bound below it (2^-20 on the 64-bit word, 10^-3 on the 32-bit word).
+#[test]
+fn a_rounded_bucket_answers_the_rate_it_enforces() {
+    // (rate, burst, word bits)
+    let rows = [
+        (Rate::per_second(549_637), 1_000, 64),
+        (Rate::per_second(1_000_003), 1_000, 64),
+        (
+            Rate::new(999_983, Duration::from_nanos(1_000_000_007)),
+            1_000,
+            64,
+        ),
+        (Rate::per_second(100_000), 1, 32),
+        (Rate::per_second(50_001), 10, 32),
+    ];
+    for (rate, burst, bits) in rows {
+        let quota = Quota::new(rate).burst(burst);
+        let (got, exact) = if bits == 64 {
+            let b = TokenBucket::<_, u64>::try_new_with_word(quota, Nanos).unwrap();
+            (b.quota(), b.is_exact())
+        } else {
+            let b = TokenBucket::<_, u32>::try_new_with_word(quota, Nanos).unwrap();
+            (b.quota(), b.is_exact())
+        };
+        assert!(!exact, "{rate}");
+        assert_eq!(got.burst_size(), burst, "{rate}");
+        assert_eq!(got.start_fill(), burst, "{rate}");
+        // got / asked in [1 - bound, 1], cross-multiplied in integers.
+        let got_rate = got.rate();
+        let lhs = u128::from(got_rate.tokens()) * rate.period().as_nanos();
+        let rhs = u128::from(rate.tokens()) * got_rate.period().as_nanos();
+        let bound = if bits == 64 { 1 << 20 } else { 1_000 };
+        assert!(lhs <= rhs, "{rate}: {got_rate} is above it");
+        assert!(
+            lhs >= rhs - rhs / bound,
+            "{rate}: {got_rate} is too far below"
+        );
+    }
+}
+
+/// A window quota comes back as the rate and burst it was split into, which is what the bucket
+/// enforces: the same cap over the window.
+#[test]
+fn a_window_quota_answers_its_rate_and_burst() {
+    let quota = Quota::within(100, Duration::from_secs(60)).burst(40);
+    let bucket = TokenBucket::try_new(quota, Zst).unwrap();
+    let got = bucket.quota();
+    assert_eq!(got.rate(), quota.rate());
+    assert_eq!(got.burst_size(), 40);
+    assert_eq!(got.start_fill(), quota.start_fill());
+}
