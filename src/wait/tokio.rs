@@ -119,7 +119,9 @@ pub(crate) async fn acquire_one_async<B: Lined + ReserveNow<Cost = u32>>(
         return settled.map(|()| Duration::ZERO);
     }
     let waiter = Waiter::new([bucket], [n], Some(timeout))?;
-    acquire_async(bucket, waiter, n, &Jitter::none()).await
+    // Boxed: the wait's state (its place in line, its timer) is built only for a wait that
+    // waits, so the future of one that takes at once stays a few words.
+    Box::pin(acquire_async(bucket, waiter, n, &Jitter::none())).await
 }
 
 impl<C: Clock, W: Word> TokenBucket<C, W> {
