@@ -71,11 +71,13 @@ fn install(package: &str) {
     }
     let lock = std::env::temp_dir().join("tollgate-test-packages.lock");
     let packages = PACKAGES.join(" ");
-    // `dpkg -s` tells which packages are already in; apt waits for another apt's lock, and its
-    // output is shown only if it fails.
+    // dpkg's status tells which packages are installed (`dpkg -s` also answers for a package
+    // removed with its configuration kept, whose programs are gone); apt waits for another
+    // apt's lock, and its output is shown only if it fails.
     let script = format!(
         "missing=''; for p in {packages}; do \
-           dpkg -s \"$p\" >/dev/null 2>&1 || missing=\"$missing $p\"; \
+           [ \"$(dpkg-query -W -f='${{db:Status-Status}}' \"$p\" 2>/dev/null)\" = installed ] \
+             || missing=\"$missing $p\"; \
          done; \
          [ -z \"$missing\" ] && exit 0; \
          echo \"tollgate tests: installing$missing (apt-get)\" >&2; \
