@@ -32,6 +32,7 @@ use core::time::Duration;
 use std::collections::VecDeque;
 use std::vec::Vec;
 
+use super::ReserveNow;
 use crate::clock::{duration_to_ticks_ceil, duration_to_ticks_floor, ticks_to_duration_ceil};
 use crate::engine::sync::{AtomicU32, Mutex, MutexGuard, Ordering};
 use crate::{Clock, Denied, TokenBucket, Word};
@@ -283,6 +284,23 @@ pub(crate) fn at_once<B: Lined, const N: usize>(
         Err(Denied::Insufficient { .. }) => None,
         settled => Some(settled),
     }
+}
+
+/// The start of one bucket's wait for `n` tokens, shared by the blocking and the async one:
+/// `None` when it is over already (`n = 0`, or taken at once with nobody in line), else the
+/// waiter that lines up. Refused at once for `n` above the burst.
+pub(crate) fn line_up_one<B: Lined + ReserveNow<Cost = u32>>(
+    bucket: &B,
+    n: u32,
+    timeout: Duration,
+) -> Result<Option<Waiter<'_, B, 1>>, Denied> {
+    if n == 0 {
+        return Ok(None);
+    }
+    if let Some(settled) = at_once([bucket], || bucket.take_at_once(n)) {
+        return settled.map(|()| None);
+    }
+    Waiter::new([bucket], [n], Some(timeout)).map(Some)
 }
 
 /// What a waiter does next.

@@ -8,7 +8,7 @@ use std::boxed::Box;
 
 use ::tokio::time::{sleep_until, Instant, Sleep};
 
-use super::queue::{at_once, plan, Lined, Plan, Step, Waiter};
+use super::queue::{line_up_one, plan, Lined, Plan, Step, Waiter};
 use super::{jitter_after, CancelOnDrop, ReserveNow};
 use crate::clock::ticks_to_duration_ceil;
 use crate::{Clock, Denied, Jitter, TokenBucket, Word};
@@ -112,16 +112,12 @@ pub(crate) async fn acquire_one_async<B: Lined + ReserveNow<Cost = u32>>(
     n: u32,
     timeout: Duration,
 ) -> Result<Duration, Denied> {
-    if n == 0 {
-        return Ok(Duration::ZERO);
+    match line_up_one(bucket, n, timeout)? {
+        None => Ok(Duration::ZERO),
+        // Boxed: the wait's state (its place in line, its timer) is built only for a wait
+        // that waits, so the future of one that takes at once stays a few words.
+        Some(waiter) => Box::pin(acquire_async(bucket, waiter, n, &Jitter::none())).await,
     }
-    if let Some(settled) = at_once([bucket], || bucket.take_at_once(n)) {
-        return settled.map(|()| Duration::ZERO);
-    }
-    let waiter = Waiter::new([bucket], [n], Some(timeout))?;
-    // Boxed: the wait's state (its place in line, its timer) is built only for a wait that
-    // waits, so the future of one that takes at once stays a few words.
-    Box::pin(acquire_async(bucket, waiter, n, &Jitter::none())).await
 }
 
 impl<C: Clock, W: Word> TokenBucket<C, W> {
