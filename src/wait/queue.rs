@@ -51,7 +51,9 @@ pub(crate) trait Lined {
     /// line takes tokens as they accrue, so the cap never applies). Takes nothing.
     fn ticks_until_holding(&self, now_ticks: u64, units: u64) -> u64;
     /// Ticks the burst beyond `units` takes to accrue at `now_ticks`: how late a take of
-    /// `units` may come without losing time to the burst's cap.
+    /// `units` may come without losing time to the burst's cap. Only the async driver's timer
+    /// wakes late; a build without it has no caller.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     fn slack_ticks(&self, now_ticks: u64, units: u64) -> u64;
 }
 
@@ -414,6 +416,7 @@ impl<'a, B: Lined, const N: usize> Waiter<'a, B, N> {
     /// For a driver whose timer may wake `ticks` late (see [`plan`]), where a late take would
     /// lose time to a burst's cap: a burst with room for `ticks` of lateness beyond this
     /// waiter's tokens keeps what accrues meanwhile, and its waiters sleep to the instant.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     pub(crate) fn early(mut self, ticks: u64) -> Self {
         let now = self.now();
         let holds = (0..N).all(|i| self.buckets[i].slack_ticks(now, self.units[i]) >= ticks);
@@ -422,6 +425,7 @@ impl<'a, B: Lined, const N: usize> Waiter<'a, B, N> {
     }
 
     /// How early its driver's timer wakes it: see [`early`](Self::early).
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     pub(crate) fn early_ticks(&self) -> u64 {
         self.early_ticks
     }
