@@ -17,10 +17,17 @@ static ORIGIN: OnceLock<Instant> = OnceLock::new();
 
 impl StdClock {
     /// Converts an `Instant` to this clock's ticks (zero for instants before the origin).
+    #[inline]
     pub fn ticks_at(instant: Instant) -> u64 {
         let origin = *ORIGIN.get_or_init(Instant::now);
-        let nanos = instant.saturating_duration_since(origin).as_nanos();
-        u64::try_from(nanos).unwrap_or(u64::MAX)
+        let since = instant.saturating_duration_since(origin);
+        // 584 years of nanoseconds fill the u64: past them, saturate (64-bit arithmetic, where
+        // `as_nanos` would multiply in 128 bits).
+        since
+            .as_secs()
+            .checked_mul(1_000_000_000)
+            .and_then(|nanos| nanos.checked_add(u64::from(since.subsec_nanos())))
+            .unwrap_or(u64::MAX)
     }
 }
 

@@ -78,12 +78,37 @@ impl Layout {
         now_units: u64,
         cost: u64,
     ) -> Result<(u64, ()), Denied> {
-        match self.take(word, now_units, cost, 0) {
-            Ok((word, _)) => Ok((word, ())),
+        match self.take_whole(word, now_units, cost) {
+            Ok(word) => Ok((word, ())),
             Err(short) => Err(Denied::Insufficient {
                 retry_after: ticks_to_duration_ceil::<C>(self.ticks_until(now_ticks, short)),
             }),
         }
+    }
+
+    /// [`take`](Self::take) without debt, in the fewest steps: `Ok(new word)`, or
+    /// `Err(units short)`. With `d = now - word` modulo the word, the bucket holds enough
+    /// exactly when `cost <= d < negative_from` (a `d` at or past `negative_from` is a debt or
+    /// a clock stepped back), which is one unsigned comparison of `d - cost` against
+    /// `negative_from - cost` (the ceiling, at least `cost`, is below `negative_from`). A
+    /// denial then costs a subtraction and a comparison past the word's load, and a grant adds
+    /// `cost` to the word, or to the instant the bucket was last full.
+    #[inline]
+    pub(crate) fn take_whole(&self, word: u64, now_units: u64, cost: u64) -> Result<u64, u64> {
+        debug_assert!(cost <= self.ceiling_units && self.ceiling_units < self.negative_from);
+        let d = self.sub(now_units, word);
+        if d.wrapping_sub(cost) >= self.negative_from - cost {
+            // cost - level < 2^62 + 2^63: it fits in a u64 even when the word is far ahead.
+            let level = self.elapsed(now_units, word);
+            return Err((cost as i64).wrapping_sub(level) as u64);
+        }
+        let new = if d > self.ceiling_units {
+            // Full since before now: the level is the ceiling.
+            self.sub(now_units, self.ceiling_units - cost)
+        } else {
+            self.add(word, cost)
+        };
+        Ok(self.keep(new))
     }
 
     /// Reserves `cost` units at `now_ticks` (`now_units` in units) if they fall due within
@@ -298,11 +323,8 @@ impl Layout {
     #[inline]
     fn sub(&self, a: u64, b: u64) -> u64 {
         let (d, borrow) = a.overflowing_sub(b);
-        if borrow {
-            d.wrapping_add(self.modulus)
-        } else {
-            d
-        }
+        // The modulus or nothing, added without a branch (on the 64-bit word it is 0 anyway).
+        d.wrapping_add(if borrow { self.modulus } else { 0 })
     }
 
     /// `a + b` modulo the word, for `a, b` below it.
