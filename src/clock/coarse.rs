@@ -8,7 +8,12 @@ use crate::engine::sync::{AtomicU64, Ordering};
 use crate::{Clock, StdClock};
 
 /// The last refresh of [`StdClock`], in its nanoseconds; 0 before the first.
-static NOW_NS: AtomicU64 = AtomicU64::new(0);
+/// The reading, alone in its cache line: every check reads it and the upkeep thread writes it,
+/// so nothing written more often may share the line.
+#[repr(align(128))]
+struct Reading(AtomicU64);
+
+static NOW_NS: Reading = Reading(AtomicU64::new(0));
 /// Whether the upkeep thread is running.
 static UPKEEP: Mutex<bool> = Mutex::new(false);
 
@@ -95,7 +100,7 @@ impl CoarseClock {
     /// Moves the clock to [`StdClock`]'s reading now (never backwards).
     pub fn refresh() {
         // Relaxed: the clock is a single value; nothing else is published through it.
-        NOW_NS.fetch_max(StdClock.now(), Ordering::Relaxed);
+        NOW_NS.0.fetch_max(StdClock.now(), Ordering::Relaxed);
     }
 }
 
@@ -110,7 +115,7 @@ impl Clock for CoarseClock {
     const TICKS_PER_SECOND: u64 = 1_000_000_000;
     #[inline]
     fn now(&self) -> u64 {
-        NOW_NS.load(Ordering::Relaxed)
+        NOW_NS.0.load(Ordering::Relaxed)
     }
 }
 
