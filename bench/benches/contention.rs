@@ -6,41 +6,15 @@
 
 mod common;
 
-use std::hint::black_box;
-use std::sync::Barrier;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use criterion::{
     criterion_group, criterion_main, BenchmarkId, Criterion, SamplingMode, Throughput,
 };
 
-use common::{line_up, Check, Path};
+use common::{line_up, time_on_threads, Path};
 
 const THREADS: [usize; 3] = [1, 2, 4];
-
-/// Runs `iters` checks spread over `threads` threads released together, timed from the first
-/// thread's start to the last one's end (each thread reads the clock itself, so a main thread
-/// scheduled late cannot shorten the span).
-fn time_on_threads(limiter: &dyn Check, threads: usize, iters: u64) -> Duration {
-    let per_thread = iters.div_ceil(threads as u64);
-    let barrier = Barrier::new(threads);
-    let spans: Vec<(Instant, Instant)> = std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..threads)
-            .map(|_| {
-                scope.spawn(|| {
-                    barrier.wait();
-                    let start = Instant::now();
-                    black_box(limiter.run(per_thread));
-                    (start, Instant::now())
-                })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
-    });
-    let first = spans.iter().map(|span| span.0).min().unwrap();
-    let last = spans.iter().map(|span| span.1).max().unwrap();
-    last - first
-}
 
 fn contention(c: &mut Criterion) {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());

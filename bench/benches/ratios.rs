@@ -2,7 +2,9 @@
 //! governor on each clock, measured in interleaved rounds (every limiter once a round, in turn)
 //! and reported as medians, so that a shared machine's slow spells fall on all of them alike.
 //!
-//! `cargo bench --bench ratios` (`-- 41` for the rounds; 31 by default)
+//! `cargo bench --bench ratios` (`-- 41` for the rounds; 31 by default). Then the same limiters
+//! shared by two threads: million checks per second, the floor there being the most a shared
+//! word can take (clock, load, compare-exchange).
 //!
 //! The floor is what no limiter on that clock can beat: the clock's read (for the TSC, quanta's
 //! raw counter scaled to nanoseconds), one load and one compare-exchange.
@@ -12,7 +14,7 @@ mod common;
 use std::hint::black_box;
 use std::time::Instant;
 
-use common::{line_up, Check, Path};
+use common::{line_up, time_on_threads, Check, Path};
 
 /// Checks per timing: long enough to dwarf `Instant::now()`, short enough for many rounds.
 const CHECKS: u64 = 200_000;
@@ -23,21 +25,32 @@ fn ns_per_check(limiter: &dyn Check) -> f64 {
     start.elapsed().as_nanos() as f64 / CHECKS as f64
 }
 
+/// Million checks per second with `threads` threads on the one limiter.
+fn million_per_second(limiter: &dyn Check, threads: usize) -> f64 {
+    let checks = CHECKS * threads as u64;
+    checks as f64 / time_on_threads(limiter, threads, checks).as_secs_f64() / 1e6
+}
+
 fn median(mut xs: Vec<f64>) -> f64 {
     xs.sort_by(f64::total_cmp);
     xs[xs.len() / 2]
 }
 
-/// Medians by name for every limiter on `path`.
-fn medians(path: Path, rounds: usize) -> Vec<(&'static str, f64)> {
-    let all = line_up(path, true);
+/// Medians by name for every limiter on `path` of `measure`, in interleaved rounds.
+fn medians(
+    path: Path,
+    rounds: usize,
+    with_manual: bool,
+    measure: impl Fn(&dyn Check) -> f64,
+) -> Vec<(&'static str, f64)> {
+    let all = line_up(path, with_manual);
     for (_, limiter) in &all {
-        ns_per_check(&**limiter); // warm-up
+        measure(&**limiter); // warm-up
     }
     let mut samples = vec![Vec::with_capacity(rounds); all.len()];
     for _ in 0..rounds {
         for (i, (_, limiter)) in all.iter().enumerate() {
-            samples[i].push(ns_per_check(&**limiter));
+            samples[i].push(measure(&**limiter));
         }
     }
     all.iter()
@@ -57,7 +70,7 @@ fn main() {
     println!("| path | floor | tollgate | governor | tollgate ÷ floor | tollgate ÷ governor |");
     println!("|---|---|---|---|---|---|");
     for path in [Path::Allow, Path::Deny] {
-        let m = medians(path, rounds);
+        let m = medians(path, rounds, true, ns_per_check);
         let get = |name: &str| m.iter().find(|(n, _)| *n == name).map(|(_, ns)| *ns);
         for (clock, peer) in [
             ("manual", "manual/governor-fake"),
@@ -84,5 +97,36 @@ fn main() {
             path.name(),
             coarse / default
         );
+    }
+    // Two threads on one bucket: the word's cache line moves between the cores on every grant.
+    let threads = 2;
+    println!();
+    println!(
+        "{threads} threads on one shared limiter, million checks per second (more is better), \
+         medians of {rounds} interleaved rounds"
+    );
+    println!();
+    println!("| path | floor | tollgate | governor | tollgate ÷ governor |");
+    println!("|---|---|---|---|---|");
+    for path in [Path::Allow, Path::Deny] {
+        let m = medians(path, rounds, false, |limiter| {
+            million_per_second(limiter, threads)
+        });
+        let get = |name: &str| m.iter().find(|(n, _)| *n == name).map(|(_, mps)| *mps);
+        for (clock, peer) in [
+            ("std", "std/governor-monotonic"),
+            ("tsc", "tsc/governor-default"),
+            ("coarse", "coarse/governor-upkeep"),
+        ] {
+            let floor = get(&format!("{clock}/floor")).unwrap();
+            let ours = get(&format!("{clock}/tollgate")).unwrap();
+            let theirs = get(peer).unwrap();
+            println!(
+                "| {clock}, {} | {floor:.1} | {ours:.1} | {theirs:.1} ({}) | {:.2} |",
+                path.name(),
+                peer.split('/').nth(1).unwrap(),
+                ours / theirs,
+            );
+        }
     }
 }

@@ -7,8 +7,9 @@
 use std::hint::black_box;
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Barrier;
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use governor::clock::{FakeRelativeClock, MonotonicClock, QuantaClock, QuantaUpkeepClock};
 use tollgate::{Clock, CoarseClock, ManualClock, Quota, Rate, StdClock, TokenBucket, TscClock};
@@ -311,4 +312,28 @@ pub fn line_up(path: Path, with_manual: bool) -> Vec<(&'static str, Box<dyn Chec
         )),
     ));
     all
+}
+
+/// Runs `iters` checks spread over `threads` threads released together, timed from the first
+/// thread's start to the last one's end (each thread reads the clock itself, so a main thread
+/// scheduled late cannot shorten the span).
+pub fn time_on_threads(limiter: &dyn Check, threads: usize, iters: u64) -> Duration {
+    let per_thread = iters.div_ceil(threads as u64);
+    let barrier = Barrier::new(threads);
+    let spans: Vec<(Instant, Instant)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                scope.spawn(|| {
+                    barrier.wait();
+                    let start = Instant::now();
+                    black_box(limiter.run(per_thread));
+                    (start, Instant::now())
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let first = spans.iter().map(|span| span.0).min().unwrap();
+    let last = spans.iter().map(|span| span.1).max().unwrap();
+    last - first
 }
