@@ -91,8 +91,8 @@ impl Layout {
     /// exactly when `cost <= d < negative_from` (a `d` at or past `negative_from` is a debt or
     /// a clock stepped back), which is one unsigned comparison of `d - cost` against
     /// `negative_from - cost` (the ceiling, at least `cost`, is below `negative_from`). A
-    /// denial then costs a subtraction and a comparison past the word's load, and a grant adds
-    /// `cost` to the word, or to the instant the bucket was last full.
+    /// denial then costs a subtraction and a comparison past the word's load, and a grant one
+    /// minimum and a subtraction more.
     #[inline]
     pub(crate) fn take_whole(&self, word: u64, now_units: u64, cost: u64) -> Result<u64, u64> {
         debug_assert!(cost <= self.ceiling_units && self.ceiling_units < self.negative_from);
@@ -102,13 +102,9 @@ impl Layout {
             let level = self.elapsed(now_units, word);
             return Err((cost as i64).wrapping_sub(level) as u64);
         }
-        let new = if d > self.ceiling_units {
-            // Full since before now: the level is the ceiling.
-            self.sub(now_units, self.ceiling_units - cost)
-        } else {
-            self.add(word, cost)
-        };
-        Ok(self.keep(new))
+        // The level is `d`, or the ceiling for a bucket full since before now.
+        let level = d.min(self.ceiling_units);
+        Ok(self.keep(self.sub(now_units, level - cost)))
     }
 
     /// Reserves `cost` units at `now_ticks` (`now_units` in units) if they fall due within
