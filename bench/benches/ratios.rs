@@ -59,6 +59,31 @@ fn medians(
         .collect()
 }
 
+/// Each clock with the governor beside it on the same clock class.
+const PEERS: [(&str, &str); 4] = [
+    ("manual", "manual/governor-fake"),
+    ("std", "std/governor-monotonic"),
+    ("tsc", "tsc/governor-default"),
+    ("coarse", "coarse/governor-upkeep"),
+];
+
+/// One row per clock of `m`: `(clock, floor, tollgate, governor, governor's clock)`.
+fn rows<'a>(
+    m: &'a [(&'static str, f64)],
+    with_manual: bool,
+) -> impl Iterator<Item = (&'static str, f64, f64, f64, &'static str)> + 'a {
+    let get = move |name: &str| m.iter().find(|(n, _)| *n == name).map(|(_, x)| *x).unwrap();
+    PEERS
+        .into_iter()
+        .filter(move |(clock, _)| with_manual || *clock != "manual")
+        .map(move |(clock, peer)| {
+            let floor = get(&format!("{clock}/floor"));
+            let ours = get(&format!("{clock}/tollgate"));
+            let theirs = get(peer);
+            (clock, floor, ours, theirs, peer.split('/').nth(1).unwrap())
+        })
+}
+
 fn main() {
     let rounds = std::env::args()
         .skip(1)
@@ -71,27 +96,22 @@ fn main() {
     println!("|---|---|---|---|---|---|");
     for path in [Path::Allow, Path::Deny] {
         let m = medians(path, rounds, true, ns_per_check);
-        let get = |name: &str| m.iter().find(|(n, _)| *n == name).map(|(_, ns)| *ns);
-        for (clock, peer) in [
-            ("manual", "manual/governor-fake"),
-            ("std", "std/governor-monotonic"),
-            ("tsc", "tsc/governor-default"),
-            ("coarse", "coarse/governor-upkeep"),
-        ] {
-            let floor = get(&format!("{clock}/floor")).unwrap();
-            let ours = get(&format!("{clock}/tollgate")).unwrap();
-            let theirs = get(peer).unwrap();
+        for (clock, floor, ours, theirs, peer) in rows(&m, true) {
             println!(
-                "| {clock}, {} | {floor:.1} | {ours:.1} | {theirs:.1} ({}) | {:.2} | {:.2} |",
+                "| {clock}, {} | {floor:.1} | {ours:.1} | {theirs:.1} ({peer}) | {:.2} | {:.2} |",
                 path.name(),
-                peer.split('/').nth(1).unwrap(),
                 ours / floor,
                 ours / theirs,
             );
         }
         // The cheapest clock against governor's default (the TSC through quanta).
-        let coarse = get("coarse/tollgate").unwrap();
-        let default = get("tsc/governor-default").unwrap();
+        let get = |name: &str| {
+            m.iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, ns)| *ns)
+                .unwrap()
+        };
+        let (coarse, default) = (get("coarse/tollgate"), get("tsc/governor-default"));
         println!(
             "| coarse, {} | | {coarse:.1} | {default:.1} (default) | | {:.2} |",
             path.name(),
@@ -112,19 +132,10 @@ fn main() {
         let m = medians(path, rounds, false, |limiter| {
             million_per_second(limiter, threads)
         });
-        let get = |name: &str| m.iter().find(|(n, _)| *n == name).map(|(_, mps)| *mps);
-        for (clock, peer) in [
-            ("std", "std/governor-monotonic"),
-            ("tsc", "tsc/governor-default"),
-            ("coarse", "coarse/governor-upkeep"),
-        ] {
-            let floor = get(&format!("{clock}/floor")).unwrap();
-            let ours = get(&format!("{clock}/tollgate")).unwrap();
-            let theirs = get(peer).unwrap();
+        for (clock, floor, ours, theirs, peer) in rows(&m, false) {
             println!(
-                "| {clock}, {} | {floor:.1} | {ours:.1} | {theirs:.1} ({}) | {:.2} |",
+                "| {clock}, {} | {floor:.1} | {ours:.1} | {theirs:.1} ({peer}) | {:.2} |",
                 path.name(),
-                peer.split('/').nth(1).unwrap(),
                 ours / theirs,
             );
         }
