@@ -3,9 +3,10 @@
 
 use std::time::{Duration, Instant};
 
-use tollgate::redis::{Client, Error, RedisConnection, RedisKeyed, Source};
+use tollgate::redis::{Error, RedisKeyed, Source};
 use tollgate::{Denied, Quota, Rate};
 
+use crate::connect;
 use crate::support::{runtime, serial, RedisServer};
 
 const RATE: u64 = 50;
@@ -25,9 +26,7 @@ fn each_key_keeps_its_bound_across_clients() {
         let began = Instant::now();
         let mut clients = tokio::task::JoinSet::new();
         for _ in 0..3 {
-            let connection = RedisConnection::connect(Client::open(server.url()).unwrap())
-                .await
-                .unwrap();
+            let connection = connect(&server).await;
             let limiter = RedisKeyed::new(&connection, "bound:", quota).unwrap();
             clients.spawn(async move {
                 let mut grants = [0u64; 4];
@@ -79,9 +78,7 @@ fn full_buckets_are_no_keys() {
     let _serial = serial();
     let server = RedisServer::start();
     runtime().block_on(async {
-        let connection = RedisConnection::connect(Client::open(server.url()).unwrap())
-            .await
-            .unwrap();
+        let connection = connect(&server).await;
         // 100/s, burst 10: a token is 10 ms.
         let quota = Quota::new(Rate::per_second(100)).burst(10);
         let limiter = RedisKeyed::new(&connection, "ttl:", quota).unwrap();
@@ -139,9 +136,7 @@ fn a_pipeline_answers_as_one_call_at_a_time() {
     let _serial = serial();
     let server = RedisServer::start();
     runtime().block_on(async {
-        let connection = RedisConnection::connect(Client::open(server.url()).unwrap())
-            .await
-            .unwrap();
+        let connection = connect(&server).await;
         let quota = Quota::new(Rate::per_hour(1)).burst(5);
         let pipelined = RedisKeyed::new(&connection, "many:", quota).unwrap();
         let alone = RedisKeyed::new(&connection, "one:", quota).unwrap();
@@ -212,9 +207,7 @@ fn a_clock_step_forward_fails_no_call() {
     let _serial = serial();
     let server = RedisServer::start_with_movable_clock();
     runtime().block_on(async {
-        let connection = RedisConnection::connect(Client::open(server.url()).unwrap())
-            .await
-            .unwrap();
+        let connection = connect(&server).await;
         let quota = Quota::new(Rate::per_hour(1)).burst(5);
         let limiter = RedisKeyed::new(&connection, "step:", quota).unwrap();
         limiter.try_acquire("a", 1).await.unwrap(); // the client learns Redis's clock

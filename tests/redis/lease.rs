@@ -6,8 +6,9 @@ use std::time::{Duration, Instant};
 use tollgate::redis::{Client, Error, LeasedBucket, RedisBucket, RedisConnection, Source};
 use tollgate::{Denied, Quota, Rate};
 
+use crate::connect;
 use crate::support::{
-    field, report, runtime, serial, setting, sleep_until_unix, spawn_worker, unix_us, worker_role,
+    field, fleet_of_four, runtime, serial, setting, sleep_until_unix, unix_us, worker_role,
     RedisServer,
 };
 
@@ -32,20 +33,11 @@ fn four_leasing_processes_stay_within_the_bound() {
         ("START_US", start_us.to_string()),
         ("END_US", end_us.to_string()),
     ];
-    let workers: Vec<_> = (0..4)
-        .map(|_| {
-            spawn_worker(
-                "lease::four_leasing_processes_stay_within_the_bound",
-                "lease",
-                &settings,
-            )
-        })
-        .collect();
-    let reports: Vec<String> = workers
-        .into_iter()
-        .flat_map(|worker| report(worker, Duration::from_secs(30)))
-        .collect();
-    assert_eq!(reports.len(), 4, "{reports:?}");
+    let reports = fleet_of_four(
+        "lease::four_leasing_processes_stay_within_the_bound",
+        "lease",
+        &settings,
+    );
     let total: u64 = reports.iter().map(|r| field(r, "grants")).sum();
     let trips: u64 = reports.iter().map(|r| field(r, "trips")).sum();
     let last_us = reports.iter().map(|r| field(r, "last_us")).max().unwrap();
@@ -110,9 +102,7 @@ fn the_lease_follows_the_demand() {
     let _serial = serial();
     let server = RedisServer::start();
     runtime().block_on(async {
-        let connection = RedisConnection::connect(Client::open(server.url()).unwrap())
-            .await
-            .unwrap();
+        let connection = connect(&server).await;
         let quota = Quota::new(Rate::per_second(1_000)).burst(100);
         let bucket = RedisBucket::builder(&connection, "demand", quota)
             .timeout(Duration::from_secs(1))
@@ -171,9 +161,7 @@ fn a_released_lease_gives_back_only_what_is_not_due() {
     let _serial = serial();
     let server = RedisServer::start();
     runtime().block_on(async {
-        let connection = RedisConnection::connect(Client::open(server.url()).unwrap())
-            .await
-            .unwrap();
+        let connection = connect(&server).await;
         let quota = Quota::new(Rate::per_second(10)).burst(10);
         let build = || {
             RedisBucket::builder(&connection, "give-back", quota)

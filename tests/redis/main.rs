@@ -16,3 +16,10 @@ mod nginx;
 mod sharing;
 mod support;
 mod window;
+
+/// A multiplexed connection to `server`.
+async fn connect(server: &support::RedisServer) -> tollgate::redis::RedisConnection {
+    tollgate::redis::RedisConnection::connect(tollgate::redis::Client::open(server.url()).unwrap())
+        .await
+        .unwrap()
+}

@@ -9,8 +9,8 @@ use tollgate::redis::{Client, RedisBucket, RedisConnection};
 use tollgate::{Quota, Rate};
 
 use crate::support::{
-    field, report, runtime, serial, setting, sleep_until_unix, spawn_worker, unix_us, worker_role,
-    Nginx, RedisServer,
+    field, fleet_of_four, runtime, serial, setting, sleep_until_unix, unix_us, worker_role, Nginx,
+    RedisServer,
 };
 
 const SECONDS: u64 = 5;
@@ -63,14 +63,7 @@ fn run(server: &RedisServer, nginx: &Nginx, location: &str, rate: u64) -> (u64, 
         ("START_US", start_us.to_string()),
         ("END_US", (start_us + SECONDS * 1_000_000).to_string()),
     ];
-    let workers: Vec<_> = (0..4)
-        .map(|_| spawn_worker("nginx::nginx_sees_the_shared_rate", "http", &settings))
-        .collect();
-    let reports: Vec<String> = workers
-        .into_iter()
-        .flat_map(|worker| report(worker, Duration::from_secs(30)))
-        .collect();
-    assert_eq!(reports.len(), 4, "{reports:?}");
+    let reports = fleet_of_four("nginx::nginx_sees_the_shared_rate", "http", &settings);
     for line in &reports {
         assert_eq!(field(line, "other"), 0, "unexpected answers: {line}");
     }

@@ -6,7 +6,7 @@ use tollgate::redis::{Client, FaultPolicy, RedisBucket, RedisConnection, Source}
 use tollgate::{Quota, Rate};
 
 use crate::support::{
-    field, report, runtime, serial, setting, sleep_until_unix, spawn_worker, unix_us, worker_role,
+    field, fleet_of_four, runtime, serial, setting, sleep_until_unix, unix_us, worker_role,
     RedisServer,
 };
 
@@ -29,20 +29,11 @@ fn four_processes_share_one_bucket() {
         ("START_US", start_us.to_string()),
         ("END_US", end_us.to_string()),
     ];
-    let workers: Vec<_> = (0..4)
-        .map(|_| {
-            spawn_worker(
-                "sharing::four_processes_share_one_bucket",
-                "share",
-                &settings,
-            )
-        })
-        .collect();
-    let reports: Vec<String> = workers
-        .into_iter()
-        .flat_map(|worker| report(worker, Duration::from_secs(30)))
-        .collect();
-    assert_eq!(reports.len(), 4, "{reports:?}");
+    let reports = fleet_of_four(
+        "sharing::four_processes_share_one_bucket",
+        "share",
+        &settings,
+    );
     let total: u64 = reports.iter().map(|r| field(r, "grants")).sum();
     let last_us = reports.iter().map(|r| field(r, "last_us")).max().unwrap();
     // Every grant was due by the time its worker woke, and the bucket was first touched at or

@@ -407,6 +407,18 @@ pub fn report(mut child: Child, limit: Duration) -> Vec<String> {
         .collect()
 }
 
+/// Four copies of this test binary running `test` in `role` with `settings`, all at once:
+/// their report lines, one each (each worker has 30 s).
+pub fn fleet_of_four(test: &str, role: &str, settings: &[(&str, String)]) -> Vec<String> {
+    let workers: Vec<_> = (0..4).map(|_| spawn_worker(test, role, settings)).collect();
+    let reports: Vec<String> = workers
+        .into_iter()
+        .flat_map(|worker| report(worker, Duration::from_secs(30)))
+        .collect();
+    assert_eq!(reports.len(), 4, "{reports:?}");
+    reports
+}
+
 /// `key=value` fields of a report line.
 pub fn field(line: &str, key: &str) -> u64 {
     line.split_whitespace()
