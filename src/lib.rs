@@ -188,7 +188,7 @@ pub use keyed::KeyedTable;
 #[cfg(any(feature = "std", feature = "heapless"))]
 pub use keyed::{IpPrefix, KeyedConfigError, KeyedDenied, SetTierError, Tier, WhenFull, MAX_TIERS};
 #[cfg(feature = "std")]
-pub use keyed::{KeyedLimiter, KeyedLimiterBuilder};
+pub use keyed::{KeyHasher, KeyedLimiter, KeyedLimiterBuilder};
 pub use limits::{Limits, LimitsReservation};
 pub use rate::{Quota, Rate};
 pub use wait::Jitter;

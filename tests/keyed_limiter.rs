@@ -190,3 +190,74 @@ fn threads_on_shared_keys_get_each_burst_exactly_once() {
     assert_eq!(granted, 16 * 1_000);
     assert_eq!(limiter.len(), 16);
 }
+
+/// Hashes every key to the same value: the worst a hasher can do.
+#[derive(Default)]
+struct OneHash;
+
+impl core::hash::Hasher for OneHash {
+    fn finish(&self) -> u64 {
+        0x5555_5555_5555_5555
+    }
+    fn write(&mut self, _bytes: &[u8]) {}
+}
+
+/// The hasher changes where keys sit, never a decision: the default, std's SipHash and a
+/// hasher under which every key collides (one probe chain) answer the same sequence the same
+/// way, on one tier and on several, through refusals, evictions and tier changes. One shard,
+/// so that which keys a round of sweeps reaches first does not depend on the hash either.
+#[test]
+fn any_hasher_gives_the_same_decisions_even_one_where_every_key_collides() {
+    use core::hash::BuildHasherDefault;
+    use std::collections::hash_map::RandomState;
+    use tollgate::Tier;
+
+    let clock = ManualClock::new();
+    let quota = Quota::new(Rate::per_second(10)).burst(3);
+    let paid = Quota::new(Rate::per_second(100)).burst(20);
+    let tier_of = |key: &u64| Tier(u8::from(key % 5 == 0));
+    let build = |tiered: bool| {
+        let builder = KeyedLimiter::<u64, _>::builder(quota, &clock)
+            .capacity(64)
+            .shards(1);
+        if tiered {
+            builder.tiers([paid], tier_of)
+        } else {
+            builder
+        }
+    };
+    for tiered in [false, true] {
+        let default = build(tiered).build().unwrap();
+        let sip = build(tiered).hasher(RandomState::new()).build().unwrap();
+        let colliding = build(tiered)
+            .hasher(BuildHasherDefault::<OneHash>::default())
+            .build()
+            .unwrap();
+        for step in 0..3_000u64 {
+            clock.advance(Duration::from_millis(7));
+            // 100 keys against a capacity of 64: refusals, sweeps and evictions on the way.
+            let key = (step * 37) % 100;
+            let n = 1 + (step % 3) as u32;
+            let expected = default.try_acquire(&key, n);
+            assert_eq!(sip.try_acquire(&key, n), expected, "step {step}");
+            assert_eq!(colliding.try_acquire(&key, n), expected, "step {step}");
+            if tiered && step % 500 == 250 {
+                let expected = default.set_tier(&key, Tier(0));
+                assert_eq!(sip.set_tier(&key, Tier(0)), expected);
+                assert_eq!(colliding.set_tier(&key, Tier(0)), expected);
+            }
+            if step % 1_000 == 999 {
+                let swept = default.sweep();
+                assert_eq!(sip.sweep(), swept);
+                assert_eq!(colliding.sweep(), swept);
+            }
+        }
+        for key in 0..100 {
+            assert_eq!(sip.available(&key), default.available(&key), "key {key}");
+            assert_eq!(colliding.available(&key), default.available(&key));
+            assert_eq!(colliding.tier(&key), default.tier(&key));
+        }
+        assert_eq!(colliding.len(), default.len());
+        assert_eq!(colliding.protected_len(), default.protected_len());
+    }
+}

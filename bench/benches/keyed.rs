@@ -2,10 +2,11 @@
 //! limiter (a `DashMap`), and the memory each key costs in both (resident memory grown by a
 //! million keys), printed before the timings.
 //!
-//! `cargo bench --bench keyed -- --warm-up-time 1 --measurement-time 2`
+//! `cargo bench -p tollgate-bench --bench keyed -- --warm-up-time 1 --measurement-time 2`
 //!
-//! The clocks differ as the crates ship them: tollgate's `StdClock` reads `Instant::now()`,
-//! governor's default clock is quanta's TSC clock.
+//! The check is measured at 10^4 and at 10^6 keys held, the keys visited in a shuffled order,
+//! governor's default limiter (quanta's TSC clock) beside tollgate on `TscClock` (the same
+//! clock class) and on `StdClock` (`Instant::now()`).
 
 use std::hint::black_box;
 use std::net::{IpAddr, Ipv6Addr};
@@ -13,7 +14,7 @@ use std::num::NonZeroU32;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use tollgate::{KeyedLimiter, Quota, Rate, StdClock, WhenFull};
+use tollgate::{KeyedLimiter, Quota, Rate, StdClock, TscClock, WhenFull};
 
 /// Resident memory of this process in bytes (Linux), to weigh a key without unsafe code.
 fn resident_bytes() -> Option<usize> {
@@ -177,36 +178,84 @@ fn bytes_per<T>(keys: u64, fill: impl FnOnce() -> T) -> (f64, T) {
     (bytes as f64 / keys as f64, held)
 }
 
+/// The order in which a run visits `count` held keys: each once per pass, shuffled (splitmix64
+/// drives a Fisher-Yates shuffle, seeded the same in every run) so that no key is hot and no
+/// two neighbours in the order share a cache line of either table.
+fn visit_order(count: u64) -> Vec<u64> {
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = || {
+        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    };
+    let mut order: Vec<u64> = (0..count).collect();
+    for i in (1..order.len()).rev() {
+        let j = (next() % (i as u64 + 1)) as usize;
+        order.swap(i, j);
+    }
+    order
+}
+
+/// The keyed check of a held key, at `count` keys held (capacity twice that, so that every key
+/// is protected after its second check, as a returning client's is), the keys visited in
+/// `visit_order`. Both limiters hold the same keys and follow the same order. tollgate is
+/// measured on `StdClock` (`Instant::now()`) and on `TscClock` (quanta's TSC clock, the clock
+/// governor's default limiter reads).
+fn held_keys(c: &mut Criterion, count: u64, label: &str) {
+    let order = visit_order(count);
+    let on_std = KeyedLimiter::builder(generous(), StdClock)
+        .capacity(2 * count as usize)
+        .build()
+        .unwrap();
+    let on_tsc = KeyedLimiter::builder(generous(), TscClock::new())
+        .capacity(2 * count as usize)
+        .build()
+        .unwrap();
+    let governor = governor_keyed();
+    // Twice each: the second check protects the key, as it would a returning client.
+    for _ in 0..2 {
+        for key in 0..count {
+            on_std.try_acquire(&key, 1).unwrap();
+            on_tsc.try_acquire(&key, 1).unwrap();
+            governor.check_key(&key).unwrap();
+        }
+    }
+    assert_eq!(on_std.protected_len(), count as usize);
+    assert_eq!(on_tsc.protected_len(), count as usize);
+
+    let mut group = c.benchmark_group(format!("keyed check, held key, {label} keys"));
+    group.warm_up_time(Duration::from_secs(1));
+    group.measurement_time(Duration::from_secs(2));
+    let mut at = 0;
+    let mut next_key = || {
+        at += 1;
+        if at == order.len() {
+            at = 0;
+        }
+        order[at]
+    };
+    group.bench_function("tollgate KeyedLimiter, StdClock", |b| {
+        b.iter(|| black_box(on_std.try_acquire(black_box(&next_key()), 1)).is_ok())
+    });
+    group.bench_function("tollgate KeyedLimiter, TscClock", |b| {
+        b.iter(|| black_box(on_tsc.try_acquire(black_box(&next_key()), 1)).is_ok())
+    });
+    group.bench_function("governor keyed (quanta TSC clock)", |b| {
+        b.iter(|| black_box(governor.check_key(black_box(&next_key()))).is_ok())
+    });
+    group.finish();
+}
+
 fn existing_key(c: &mut Criterion) {
     // First, on a process that has freed nothing yet: resident growth then counts new pages
     // only, and governor is measured before anything else.
     memory_at_capacity();
     memory_per_key();
 
-    let mut group = c.benchmark_group("keyed check, existing key (1000 keys held)");
-    group.warm_up_time(Duration::from_secs(1));
-    group.measurement_time(Duration::from_secs(2));
-
-    let limiter = KeyedLimiter::try_new(generous(), StdClock, 10_000, WhenFull::Refuse).unwrap();
-    let governor = governor_keyed();
-    for key in 0..1_000u64 {
-        limiter.try_acquire(&key, 1).unwrap();
-        governor.check_key(&key).unwrap();
-    }
-    let mut key = 0u64;
-    group.bench_function("tollgate KeyedLimiter", |b| {
-        b.iter(|| {
-            key = (key + 1) % 1_000;
-            black_box(limiter.try_acquire(black_box(&key), 1)).is_ok()
-        })
-    });
-    group.bench_function("governor keyed", |b| {
-        b.iter(|| {
-            key = (key + 1) % 1_000;
-            black_box(governor.check_key(black_box(&key))).is_ok()
-        })
-    });
-    group.finish();
+    held_keys(c, 10_000, "10^4");
+    held_keys(c, 1_000_000, "10^6");
 }
 
 criterion_group!(benches, existing_key);

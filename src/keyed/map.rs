@@ -3,12 +3,9 @@
 use core::hash::{BuildHasher, Hash};
 use core::time::Duration;
 use std::boxed::Box;
-use std::collections::hash_map::RandomState;
 use std::sync::atomic::{AtomicBool, AtomicUsize};
-use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::vec::Vec;
 
-use hashbrown::HashTable;
 // Not `crate::sync`: these are counters and hints beside the buckets, never a bucket's state,
 // and a host without native 64-bit atomics gets portable-atomic's lock for them.
 use portable_atomic::AtomicU64;
@@ -24,16 +21,20 @@ use crate::engine::word::{DefaultWord, Word};
 use crate::{Denied, Quota};
 
 mod builder;
+mod hasher;
+mod tables;
 
 use crate::engine::cell::WordCell;
 pub use builder::KeyedLimiterBuilder;
+pub use hasher::KeyHasher;
+use tables::{insert, on_shards, shard_bits, shard_map, shrink, Shard, Slot, Tables};
 
 /// A concurrent per-key limiter for servers: one bucket per client, address or API key, all on
 /// one quota and one clock, in at most `capacity` entries.
 ///
-/// Keys are spread over shards by hash, each a `RwLock` around two hash tables of
-/// `(key, word, tier)`: the *protected* keys and the others. Checking a key that is already there
-/// takes its shard's lock *for reading* and updates the bucket's word by compare-exchange: no
+/// Keys are spread over shards by hash, each a `RwLock` around two hash tables of entries,
+/// `(key, word)` (and the tier's byte in a limiter of several tiers): the *protected* keys and
+/// the others. Checking a key that is already there takes its shard's lock *for reading* and updates the bucket's word by compare-exchange: no
 /// global lock, no write lock, and threads on the same key or shard do not wait for each other.
 /// Only adding a key, protecting it, and eviction take a shard's write lock.
 ///
@@ -61,18 +62,30 @@ pub use builder::KeyedLimiterBuilder;
 ///
 /// The [`builder`](Self::builder)'s [`tiers`](KeyedLimiterBuilder::tiers) gives the limiter up
 /// to 256 quotas, solved once, and a function that picks a new key's [`Tier`] (free and paid
-/// plans, a stricter quota for an abusive client); each entry keeps its tier in one byte.
+/// plans, a stricter quota for an abusive client); each entry of a limiter of several tiers
+/// keeps its tier in one byte.
 /// [`set_tier`](Self::set_tier) moves one held key to another tier at run time, by
 /// [`AdjustableBucket::set_quota`](crate::AdjustableBucket::set_quota)'s rule (tokens kept as
 /// they are, capped by the new burst: a change never mints), touching no other key.
 ///
 /// # Memory
 ///
-/// A key costs one entry, `size_of::<K>()` plus the word plus the tier byte, rounded up to the
-/// alignment (24 bytes for a `u64` key on the 64-bit word, 16 on the 32-bit word; 32 and 24
-/// for an `IpAddr`), and a control byte, in tables kept between half and seven eighths
-/// full: at most about 2.3 times that per key at the capacity, which
-/// [`heap_bytes`](Self::heap_bytes) reports as it is.
+/// A key costs one entry and a control byte. The entry is `size_of::<K>()` plus the word,
+/// rounded up to the alignment: 16 bytes for a `u64` key on the 64-bit word or on the 32-bit
+/// one, 32 and 24 for an `Option<IpAddr>`. A limiter of several [tiers](Self::set_tier) adds
+/// the tier's byte: 24 bytes for a `u64` key on the 64-bit word; the byte fits in the padding
+/// of the other three. Each table is a power of two of entries, doubled when seven eighths
+/// full, so one table holds between 1.14 and 2.3 entries per key, depending on where the key
+/// count falls between two doublings. The shards take unequal shares of the keys, spread over
+/// one doubling, so that they do not all double at the same key count: with 8 shards or more,
+/// keys held in one table of each shard cost between 1.5 and 1.8 entries each at any key count
+/// (worked out from the table sizes for 10^4 to 10^7 keys) — on average over key counts the
+/// same as equal shards (1.65), without their highs and lows.
+/// [`heap_bytes`](Self::heap_bytes) reports the tables as they are.
+///
+/// Keys are hashed by [`KeyHasher`] (foldhash, seeded once per process from the operating
+/// system's randomness) unless the builder is given another
+/// [`hasher`](KeyedLimiterBuilder::hasher): see [`KeyHasher`] for what it resists.
 ///
 /// ```
 /// use core::time::Duration;
@@ -91,9 +104,11 @@ pub use builder::KeyedLimiterBuilder;
 /// assert!(per_client.is_empty());
 /// # Ok::<(), tollgate::KeyedConfigError>(())
 /// ```
-pub struct KeyedLimiter<K, C, W: Word = DefaultWord> {
-    shards: Box<[Shard<K, W>]>,
-    hasher: RandomState,
+pub struct KeyedLimiter<K, C, W: Word = DefaultWord, S = KeyHasher> {
+    tables: Tables<K, W>,
+    /// Which shard each slice of the hash's shard bits goes to (see [`shard_map`]).
+    shard_map: Box<[u16]>,
+    hasher: S,
     /// Every tier, solved once; an entry holds its index.
     tiers: Box<[Solved]>,
     /// The first tier again: what an index past the tiers (which never happens) reads, so that
@@ -120,27 +135,8 @@ pub struct KeyedLimiter<K, C, W: Word = DefaultWord> {
     overflow: W::Atomic,
 }
 
-/// One shard, on its own cache lines so that its lock does not share them with a neighbour's.
-#[repr(align(128))]
-struct Shard<K, W: Word> {
-    inner: RwLock<Entries<K, W>>,
-    /// When a sweep of this shard expects to evict a sixteenth of its keys (ticks); read by
-    /// rounds without the lock.
-    due_ticks: AtomicU64,
-}
-
-struct Entries<K, W: Word> {
-    protected: HashTable<Entry<K, W>>,
-    fresh: HashTable<Entry<K, W>>,
-}
-
-/// One key's bucket: its word and its tier, which changes only under the shard's write lock,
-/// so that no call updates a word laid out by another tier.
-struct Entry<K, W: Word> {
-    key: K,
-    word: W::Atomic,
-    tier: u8,
-}
+/// The most shards a limiter has.
+const MAX_SHARDS: usize = 1024;
 
 /// How far ahead "not before anything is due" lies: a quarter of the clock's range, so that
 /// comparisons on a wrapping clock stay right.
@@ -201,7 +197,7 @@ impl<K: Hash + Eq + Clone, C: Clock> KeyedLimiter<K, C> {
     }
 }
 
-impl<K: Hash + Eq + Clone, C: Clock, W: Word> KeyedLimiter<K, C, W> {
+impl<K: Hash + Eq + Clone, C: Clock, W: Word, S: BuildHasher> KeyedLimiter<K, C, W, S> {
     /// Keeps a protected key's bucket for `protection` once it is full (a window longer than
     /// the word can read is shortened to what it can). `Duration::ZERO` turns protection off:
     /// any full bucket may be evicted at once.
@@ -218,6 +214,7 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word> KeyedLimiter<K, C, W> {
         tiers: Box<[Solved]>,
         tier_of: Box<dyn Fn(&K) -> Tier + Send + Sync>,
         clock: C,
+        hasher: S,
         capacity: usize,
         when_full: WhenFull,
         shards: usize,
@@ -234,22 +231,13 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word> KeyedLimiter<K, C, W> {
             .map(|tier| tier.params.burst())
             .max()
             .unwrap_or(0);
-        // The largest power of two at most both `shards` and `capacity`.
-        let count = 1usize << shards.clamp(1, capacity).ilog2();
+        // The largest power of two at most `shards`, `capacity` and `MAX_SHARDS`.
+        let count = 1usize << shards.clamp(1, capacity.min(MAX_SHARDS)).ilog2();
         let now = clock.now();
-        let shards = (0..count)
-            .map(|_| Shard {
-                inner: RwLock::new(Entries {
-                    protected: HashTable::new(),
-                    fresh: HashTable::new(),
-                }),
-                due_ticks: AtomicU64::new(now),
-            })
-            .collect::<Vec<_>>()
-            .into_boxed_slice();
         Ok(Self {
-            shards,
-            hasher: RandomState::new(),
+            tables: Tables::new(count, tiers.len() > 1, now),
+            shard_map: shard_map(count),
+            hasher,
             tiers,
             first,
             tier_of,
@@ -282,14 +270,26 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word> KeyedLimiter<K, C, W> {
             }));
         }
         let hash = self.hasher.hash_one(key);
-        let shard = self.shard(hash);
+        let index = self.shard_index(hash);
         let now = self.clock.now();
+        on_shards!(&self.tables, shards => self.acquire_in(&shards[index], hash, key, now, n))
+    }
+
+    #[inline]
+    fn acquire_in<E: Slot<Key = K, Word = W>>(
+        &self,
+        shard: &Shard<E>,
+        hash: u64,
+        key: &K,
+        now: u64,
+        n: u32,
+    ) -> Result<(), KeyedDenied> {
         {
-            let entries = read(shard);
-            if let Some(entry) = entries.protected.find(hash, |e| e.key == *key) {
+            let entries = shard.read();
+            if let Some(entry) = entries.protected.find(hash, |e| e.key() == key) {
                 return self.take(entry, now, n);
             }
-            if let Some(entry) = entries.fresh.find(hash, |e| e.key == *key) {
+            if let Some(entry) = entries.fresh.find(hash, |e| e.key() == key) {
                 let result = self.take(entry, now, n);
                 if result.is_ok()
                     && self.protected_held.load(Ordering::Relaxed) < self.max_protected
@@ -322,26 +322,28 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word> KeyedLimiter<K, C, W> {
             });
         };
         let hash = self.hasher.hash_one(key);
-        let mut entries = write(self.shard(hash));
-        let Entries { protected, fresh } = &mut *entries;
-        let entry = match protected.find_mut(hash, |e| e.key == *key) {
-            Some(entry) => entry,
-            None => match fresh.find_mut(hash, |e| e.key == *key) {
+        let index = self.shard_index(hash);
+        on_shards!(&self.tables, shards => {
+            let mut entries = shards[index].write();
+            let entries = &mut *entries;
+            let entry = match entries.protected.find_mut(hash, |e| e.key() == key) {
                 Some(entry) => entry,
-                None => return Ok(false),
-            },
-        };
-        // Under the write lock no call is between reading the tier and updating the word.
-        let from = &self.solved(entry.tier).params;
-        let word = converted(from, &to.params, W::load(&entry.word), self.clock.now());
-        entry.word = W::cell(word);
-        entry.tier = tier.0;
-        Ok(true)
+                None => match entries.fresh.find_mut(hash, |e| e.key() == key) {
+                    Some(entry) => entry,
+                    None => return Ok(false),
+                },
+            };
+            // Under the write lock no call is between reading the tier and updating the word.
+            let from = &self.solved_of(entry).params;
+            let word = converted(from, &to.params, W::load(entry.word()), self.clock.now());
+            entry.replace(word, tier.0);
+            Ok(true)
+        })
     }
 
     /// The tier of `key`'s bucket, if the limiter holds it.
     pub fn tier(&self, key: &K) -> Option<Tier> {
-        self.entry_of(key, |entry| Tier(entry.tier))
+        self.held(key).map(|(tier, _)| Tier(tier))
     }
 
     /// The quota of `tier`, if the limiter has it.
@@ -353,12 +355,13 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word> KeyedLimiter<K, C, W> {
     /// for a key not in the limiter.
     pub fn available(&self, key: &K) -> u64 {
         let now = self.clock.now();
-        let held = self.entry_of(key, |entry| {
-            let tier = self.solved(entry.tier);
+        let held = self.held(key).map(|(tier, word)| {
+            let tier = self.solved(tier);
             let p = &tier.params;
-            match W::load(&entry.word) {
-                word if word == p.unused() => tier.quota.start_fill(),
-                word => p.tokens(word, p.units_at(now)),
+            if word == p.unused() {
+                tier.quota.start_fill()
+            } else {
+                p.tokens(word, p.units_at(now))
             }
         });
         held.unwrap_or_else(|| {
@@ -407,10 +410,12 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word> KeyedLimiter<K, C, W> {
         let now = self.clock.now();
         let mut next = now.wrapping_add(NEVER_TICKS);
         let mut evicted = 0;
-        for shard in self.shards.iter() {
-            evicted += self.sweep_shard(shard, now);
-            next = earliest(now, next, shard.due_ticks.load(Ordering::Relaxed));
-        }
+        on_shards!(&self.tables, shards => {
+            for shard in shards.iter() {
+                evicted += self.sweep_shard(shard, now);
+                next = earliest(now, next, shard.due_ticks.load(Ordering::Relaxed));
+            }
+        });
         self.next_room_ticks.store(next, Ordering::Relaxed);
         evicted
     }
@@ -425,12 +430,14 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word> KeyedLimiter<K, C, W> {
     /// stuck unevictable.
     pub fn touch_all(&self) {
         let now = self.clock.now();
-        for shard in self.shards.iter() {
-            let entries = read(shard);
-            for entry in entries.protected.iter().chain(entries.fresh.iter()) {
-                self.touch(&entry.word, self.solved(entry.tier), now);
+        on_shards!(&self.tables, shards => {
+            for shard in shards.iter() {
+                let entries = shard.read();
+                for entry in entries.protected.iter().chain(entries.fresh.iter()) {
+                    self.touch(entry.word(), self.solved_of(entry), now);
+                }
             }
-        }
+        });
         self.touch(&self.overflow, &self.first, now);
     }
 
@@ -448,21 +455,16 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word> KeyedLimiter<K, C, W> {
 
     /// Keys held now.
     pub fn len(&self) -> usize {
-        self.shards
-            .iter()
-            .map(|shard| {
-                let entries = read(shard);
-                entries.protected.len() + entries.fresh.len()
-            })
-            .sum()
+        on_shards!(&self.tables, shards => {
+            shards.iter().map(|shard| shard.read().len()).sum()
+        })
     }
 
     /// Protected keys held now: those granted a second time while held.
     pub fn protected_len(&self) -> usize {
-        self.shards
-            .iter()
-            .map(|shard| read(shard).protected.len())
-            .sum()
+        on_shards!(&self.tables, shards => {
+            shards.iter().map(|shard| shard.read().protected.len()).sum()
+        })
     }
 
     /// Whether no key is held.
@@ -471,18 +473,20 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word> KeyedLimiter<K, C, W> {
     }
 
     /// Heap bytes the limiter's tables hold now: entries, their control bytes and the free
-    /// room of each shard's tables (not memory that keys own themselves, such as a `String`'s).
+    /// room of each shard's tables, the shards and the map of shards (not memory that keys own
+    /// themselves, such as a `String`'s).
     pub fn heap_bytes(&self) -> usize {
-        let shards = self.shards.len() * core::mem::size_of::<Shard<K, W>>();
-        let tables: usize = self
-            .shards
-            .iter()
-            .map(|shard| {
-                let entries = read(shard);
-                entries.protected.allocation_size() + entries.fresh.allocation_size()
-            })
-            .sum();
-        shards + tables
+        let map = core::mem::size_of_val(&*self.shard_map);
+        on_shards!(&self.tables, shards => {
+            let tables: usize = shards
+                .iter()
+                .map(|shard| {
+                    let entries = shard.read();
+                    entries.protected.allocation_size() + entries.fresh.allocation_size()
+                })
+                .sum();
+            core::mem::size_of_val(&**shards) + map + tables
+        })
     }
 
     /// The most keys held at once.
@@ -505,23 +509,24 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word> KeyedLimiter<K, C, W> {
     #[cfg(feature = "tower")]
     pub(crate) fn refusal_of(&self, key: &K) -> (Quota, Duration) {
         let now = self.clock.now();
-        let held = self.entry_of(key, |entry| {
-            let tier = self.solved(entry.tier);
-            let ticks = tier.params.ticks_to_full(W::load(&entry.word), now);
+        let held = self.held(key).map(|(tier, word)| {
+            let tier = self.solved(tier);
+            let ticks = tier.params.ticks_to_full(word, now);
             (tier.quota, ticks_to_duration_ceil::<C>(ticks))
         });
         held.unwrap_or((self.first.quota, Duration::ZERO))
     }
 
-    /// Runs `f` on `key`'s entry under its shard's read lock, if the limiter holds it.
-    fn entry_of<T>(&self, key: &K, f: impl FnOnce(&Entry<K, W>) -> T) -> Option<T> {
+    /// The tier and the word of `key`'s bucket, read under its shard's read lock, if the
+    /// limiter holds it.
+    fn held(&self, key: &K) -> Option<(u8, u64)> {
         let hash = self.hasher.hash_one(key);
-        let entries = read(self.shard(hash));
-        let found = entries
-            .protected
-            .find(hash, |e| e.key == *key)
-            .or_else(|| entries.fresh.find(hash, |e| e.key == *key));
-        found.map(f)
+        let index = self.shard_index(hash);
+        on_shards!(&self.tables, shards => {
+            let entries = shards[index].read();
+            let found = entries.find(hash, key);
+            found.map(|entry| (entry.tier(), W::load(entry.word())))
+        })
     }
 
     /// A tier by index; the first for an index past them, which an entry never holds.
@@ -530,11 +535,21 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word> KeyedLimiter<K, C, W> {
         self.tiers.get(usize::from(index)).unwrap_or(&self.first)
     }
 
+    /// The tier `entry` follows: the first without a look at the tiers in a limiter of one.
     #[inline]
-    fn take(&self, entry: &Entry<K, W>, now: u64, n: u32) -> Result<(), KeyedDenied> {
-        let p = &self.solved(entry.tier).params;
+    fn solved_of<E: Slot>(&self, entry: &E) -> &Solved {
+        if E::TIERED {
+            self.solved(entry.tier())
+        } else {
+            &self.first
+        }
+    }
+
+    #[inline]
+    fn take<E: Slot<Word = W>>(&self, entry: &E, now: u64, n: u32) -> Result<(), KeyedDenied> {
+        let p = &self.solved_of(entry).params;
         let cost = p.cost(n)?;
-        WordCell::<W>::new(&entry.word, p)
+        WordCell::<W>::new(entry.word(), p)
             .try_take::<C>(now, cost)
             .map_err(KeyedDenied::from)
     }
@@ -545,36 +560,37 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word> KeyedLimiter<K, C, W> {
         touch_word::<W>(word, p, p.units_at(now), tier.protection_units);
     }
 
+    /// The shard of a key of this hash.
     #[inline]
-    fn shard(&self, hash: u64) -> &Shard<K, W> {
-        // Bits the shard's own tables do not use: they take the low bits for the bucket and
-        // the top seven for their tags.
-        let index = (hash >> 40) as usize & (self.shards.len() - 1);
-        &self.shards[index]
+    fn shard_index(&self, hash: u64) -> usize {
+        let slice = shard_bits(hash) & (self.shard_map.len() - 1);
+        usize::from(self.shard_map[slice])
+    }
+
+    /// How many shards the limiter has.
+    #[cfg(test)]
+    fn shard_count(&self) -> usize {
+        on_shards!(&self.tables, shards => shards.len())
     }
 
     /// Moves `key` into the protected table of its shard, within the share of protected keys.
     #[cold]
-    fn promote(&self, shard: &Shard<K, W>, hash: u64, key: &K) {
-        let mut entries = write(shard);
-        let Ok(entry) = entries.fresh.find_entry(hash, |e| e.key == *key) else {
+    fn promote<E: Slot<Key = K>>(&self, shard: &Shard<E>, hash: u64, key: &K) {
+        let mut entries = shard.write();
+        let Ok(entry) = entries.fresh.find_entry(hash, |e| e.key() == key) else {
             return; // evicted meanwhile
         };
         if !reserve(&self.protected_held, self.max_protected) {
             return;
         }
         let (entry, _) = entry.remove();
-        let hasher = &self.hasher;
-        before_insert(&mut entries.protected, hasher);
-        entries
-            .protected
-            .insert_unique(hash, entry, |e| hasher.hash_one(&e.key));
+        insert(&mut entries.protected, hash, entry, &self.hasher);
     }
 
     #[cold]
-    fn insert_and_acquire(
+    fn insert_and_acquire<E: Slot<Key = K, Word = W>>(
         &self,
-        shard: &Shard<K, W>,
+        shard: &Shard<E>,
         hash: u64,
         key: &K,
         now: u64,
@@ -590,29 +606,16 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word> KeyedLimiter<K, C, W> {
             if round && !self.make_room(now) {
                 break;
             }
-            let mut entries = write(shard);
-            let found = entries
-                .protected
-                .find(hash, |e| e.key == *key)
-                .or_else(|| entries.fresh.find(hash, |e| e.key == *key));
-            if let Some(entry) = found {
+            let mut entries = shard.write();
+            if let Some(entry) = entries.find(hash, key) {
                 // Added by another thread since the read lock was dropped.
                 return self.take(entry, now, n);
             }
             if !reserve(&self.held, self.capacity) {
                 continue;
             }
-            let hasher = &self.hasher;
-            before_insert(&mut entries.fresh, hasher);
-            let entry = Entry {
-                key: key.clone(),
-                word: W::cell(p.unused()),
-                tier: tier.0,
-            };
-            let entry = entries
-                .fresh
-                .insert_unique(hash, entry, |e| hasher.hash_one(&e.key));
-            let word = &entry.get().word;
+            let entry = E::new(key.clone(), p.unused(), tier.0);
+            let word = insert(&mut entries.fresh, hash, entry, &self.hasher).word();
             let result = WordCell::<W>::new(word, p)
                 .try_take::<C>(now, cost)
                 .map_err(KeyedDenied::from);
@@ -650,12 +653,14 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word> KeyedLimiter<K, C, W> {
         let _round = RoundGuard(&self.sweeping);
         let mut next = now.wrapping_add(NEVER_TICKS);
         let mut evicted = 0;
-        for shard in self.shards.iter() {
-            if reached(now, shard.due_ticks.load(Ordering::Relaxed)) {
-                evicted += self.sweep_shard(shard, now);
+        on_shards!(&self.tables, shards => {
+            for shard in shards.iter() {
+                if reached(now, shard.due_ticks.load(Ordering::Relaxed)) {
+                    evicted += self.sweep_shard(shard, now);
+                }
+                next = earliest(now, next, shard.due_ticks.load(Ordering::Relaxed));
             }
-            next = earliest(now, next, shard.due_ticks.load(Ordering::Relaxed));
-        }
+        });
         self.next_room_ticks.store(next, Ordering::Relaxed);
         evicted > 0
     }
@@ -663,19 +668,19 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word> KeyedLimiter<K, C, W> {
     /// Evicts what may go from one shard, re-anchors what stays, records when a sixteenth of
     /// it will be evictable, and shrinks its tables if eviction left them mostly empty. Returns how
     /// many were evicted.
-    fn sweep_shard(&self, shard: &Shard<K, W>, now: u64) -> usize {
-        let mut entries = write(shard);
+    fn sweep_shard<E: Slot<Key = K, Word = W>>(&self, shard: &Shard<E>, now: u64) -> usize {
+        let mut entries = shard.write();
         let mut to_evictable_ticks = Vec::new();
-        let mut keep = |entry: &mut Entry<K, W>, protected: bool| {
-            let tier = self.solved(entry.tier);
+        let mut keep = |entry: &mut E, protected: bool| {
+            let tier = self.solved_of(entry);
             let p = &tier.params;
             let now_units = p.units_at(now);
-            let word = W::load(&entry.word);
+            let word = W::load(entry.word());
             let units = units_to_evictable(p, word, now_units, tier.guard(protected));
             if units == 0 {
                 return false;
             }
-            touch_word::<W>(&entry.word, p, now_units, tier.protection_units);
+            touch_word::<W>(entry.word(), p, now_units, tier.protection_units);
             to_evictable_ticks.push(p.ticks_until(now, units));
             true
         };
@@ -722,62 +727,6 @@ fn reserve(count: &AtomicUsize, max: usize) -> bool {
         .is_ok()
 }
 
-/// How many entries `table` holds before it must grow or rehash: hashbrown's load limit (7/8 of
-/// its buckets), with the bucket count read back from the allocation size (entries, then one
-/// control byte each and one group of spare control bytes; the padding between them is less
-/// than an entry and a control byte, so rounding down to a power of two recovers it).
-fn full_capacity<T>(table: &HashTable<T>) -> usize {
-    let bytes = table.allocation_size();
-    if bytes == 0 {
-        return 0;
-    }
-    let estimate = bytes.saturating_sub(16) / (core::mem::size_of::<T>() + 1);
-    let buckets = 1usize << estimate.max(1).ilog2();
-    if buckets < 8 {
-        buckets - 1
-    } else {
-        buckets / 8 * 7
-    }
-}
-
-/// Makes room for one more entry without doubling a table that is only full of deleted marks:
-/// eviction leaves one per removed entry, and hashbrown counts them against its load limit, so a
-/// table at a steady number of keys under a flood would otherwise double again and again. When
-/// they are a thirty-second of the entries or more, the table is rebuilt at its bucket count
-/// without them: at most once per that many insertions, so at most 32 moves per insertion.
-fn before_insert<K: Hash, W: Word>(table: &mut HashTable<Entry<K, W>>, hasher: &RandomState) {
-    let len = table.len();
-    if table.capacity() > len {
-        return;
-    }
-    let full = full_capacity(table);
-    if full.saturating_sub(len) >= (len / 32).max(1) {
-        rebuild(table, full, hasher);
-    }
-}
-
-/// Gives memory back once a table is mostly empty: rebuilt at the size its entries need.
-fn shrink<K: Hash, W: Word>(table: &mut HashTable<Entry<K, W>>, hasher: &RandomState) {
-    let len = table.len();
-    if len.saturating_mul(4) < full_capacity(table) {
-        rebuild(table, len, hasher);
-    }
-}
-
-/// Moves every entry into a new table sized for `capacity`, without deleted marks.
-fn rebuild<K: Hash, W: Word>(
-    table: &mut HashTable<Entry<K, W>>,
-    capacity: usize,
-    hasher: &RandomState,
-) {
-    let mut rebuilt = HashTable::with_capacity(capacity);
-    for entry in table.drain() {
-        let hash = hasher.hash_one(&entry.key);
-        rebuilt.insert_unique(hash, entry, |e| hasher.hash_one(&e.key));
-    }
-    *table = rebuilt;
-}
-
 /// Moves `hint` to `at` if that is earlier, as seen from `now` on a clock that may wrap.
 fn lower(hint: &AtomicU64, now: u64, at: u64) {
     let _ = hint.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |current| {
@@ -799,24 +748,18 @@ fn reached(now: u64, at: u64) -> bool {
     now.wrapping_sub(at) as i64 >= 0
 }
 
-/// A shard's read lock. A panic elsewhere cannot leave a bucket's word half-written (it is one
-/// atomic), so a poisoned lock is used as it is.
-fn read<K, W: Word>(shard: &Shard<K, W>) -> RwLockReadGuard<'_, Entries<K, W>> {
-    shard.inner.read().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// A shard's write lock; poisoning is ignored as for [`read`].
-fn write<K, W: Word>(shard: &Shard<K, W>) -> RwLockWriteGuard<'_, Entries<K, W>> {
-    shard.inner.write().unwrap_or_else(PoisonError::into_inner)
-}
-
-impl<K, C, W: Word> core::fmt::Debug for KeyedLimiter<K, C, W> {
+impl<K, C, W: Word, S> core::fmt::Debug for KeyedLimiter<K, C, W, S> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let (shards, tiered) = match &self.tables {
+            Tables::OneTier(shards) => (shards.len(), false),
+            Tables::Tiered(shards) => (shards.len(), true),
+        };
         f.debug_struct("KeyedLimiter")
             .field("quota", &self.first.quota)
             .field("tiers", &self.tiers.len())
             .field("capacity", &self.capacity)
-            .field("shards", &self.shards.len())
+            .field("shards", &shards)
+            .field("tier_in_entries", &tiered)
             .field("len", &self.held.load(Ordering::Relaxed))
             .field("when_full", &self.when_full)
             .finish_non_exhaustive()
@@ -827,17 +770,6 @@ impl<K, C, W: Word> core::fmt::Debug for KeyedLimiter<K, C, W> {
 mod tests {
     use super::*;
     use crate::{ManualClock, Rate};
-
-    /// The bytes an entry costs, as the type's docs state them.
-    #[test]
-    fn an_entry_is_the_key_the_word_and_the_tier_byte_aligned() {
-        use core::mem::size_of;
-        use core::net::IpAddr;
-        assert_eq!(size_of::<Entry<u64, u64>>(), 24);
-        assert_eq!(size_of::<Entry<u64, u32>>(), 16);
-        assert_eq!(size_of::<Entry<Option<IpAddr>, u64>>(), 32);
-        assert_eq!(size_of::<Entry<Option<IpAddr>, u32>>(), 24);
-    }
 
     /// The cap is one count across shards: a hot shard takes every slot while the others are
     /// empty, and then a key on an empty shard is refused all the same.
@@ -850,11 +782,8 @@ mod tests {
             .shards(8)
             .build()
             .unwrap();
-        assert_eq!(limiter.shards.len(), 8);
-        let shard_of = |key: &u64| {
-            let hash = limiter.hasher.hash_one(key);
-            core::ptr::from_ref(limiter.shard(hash)) == core::ptr::from_ref(&limiter.shards[0])
-        };
+        assert_eq!(limiter.shard_count(), 8);
+        let shard_of = |key: &u64| limiter.shard_index(limiter.hasher.hash_one(key)) == 0;
         let hot: Vec<u64> = (0..).filter(|key| shard_of(key)).take(17).collect();
         let cold = (0..).find(|key| !shard_of(key)).unwrap();
         // An even share would be two keys a shard; the hot shard takes all sixteen.
@@ -870,5 +799,25 @@ mod tests {
         clock.advance(Duration::from_secs(1));
         assert_eq!(limiter.try_acquire(&cold, 1), Ok(()));
         assert_eq!(limiter.len(), 1);
+    }
+
+    /// A limiter of one tier keeps no tier in its entries; one of several does.
+    #[test]
+    fn the_entry_has_a_tier_byte_only_with_several_tiers() {
+        let clock = ManualClock::new();
+        let quota = Quota::new(Rate::per_second(1));
+        let one = KeyedLimiter::<u64, _>::builder(quota, &clock)
+            .capacity(4)
+            .build()
+            .unwrap();
+        assert!(matches!(one.tables, Tables::OneTier(_)));
+        let two = KeyedLimiter::<u64, _>::builder(quota, &clock)
+            .capacity(4)
+            .tiers([quota], |_| Tier(1))
+            .build()
+            .unwrap();
+        assert!(matches!(two.tables, Tables::Tiered(_)));
+        assert_eq!(two.try_acquire(&1, 1), Ok(()));
+        assert_eq!(two.tier(&1), Some(Tier(1)));
     }
 }

@@ -39,7 +39,7 @@ mod table;
 mod tier;
 
 #[cfg(feature = "std")]
-pub use map::{KeyedLimiter, KeyedLimiterBuilder};
+pub use map::{KeyHasher, KeyedLimiter, KeyedLimiterBuilder};
 pub use prefix::IpPrefix;
 #[cfg(all(feature = "heapless", not(loom)))]
 pub use table::KeyedTable;

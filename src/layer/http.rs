@@ -55,12 +55,12 @@ impl<L> AnswerLayer<L> {
     }
 }
 
-impl<K, C, W: Word, F> AnswerLayer<PerKey<K, C, W, F>> {
+impl<K, C, W: Word, F, S> AnswerLayer<PerKey<K, C, W, F, S>> {
     /// One bucket per key, `key` reading a request's key: a closure, or an extractor from
     /// [`extract`](super::extract).
     ///
     /// Keep a clone of `limiter` to [`sweep`](KeyedLimiter::sweep) it from a timer.
-    pub fn per_key(limiter: Arc<KeyedLimiter<K, C, W>>, key: F) -> Self {
+    pub fn per_key(limiter: Arc<KeyedLimiter<K, C, W, S>>, key: F) -> Self {
         Self::new(Arc::new(PerKey::new(limiter, key)))
     }
 }

@@ -1,6 +1,6 @@
 //! Rejection: a request over the limit gets a [`RateLimited`] error at once.
 
-use core::hash::Hash;
+use core::hash::{BuildHasher, Hash};
 use core::task::{Context, Poll};
 use std::sync::Arc;
 
@@ -8,7 +8,7 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use super::{BoxError, RateLimited, ResponseFuture};
-use crate::{Clock, KeyedDenied, KeyedLimiter, TokenBucket, Word};
+use crate::{Clock, KeyHasher, KeyedDenied, KeyedLimiter, TokenBucket, Word};
 
 /// A limit that a request either passes, taking one token, or not.
 pub trait Limit<Req> {
@@ -42,26 +42,27 @@ impl<Req, K, F: Fn(&Req) -> K> KeyOf<Req> for F {
 }
 
 /// One bucket per key: a [`KeyedLimiter`] and what reads a request's key.
-pub struct PerKey<K, C, W: Word, F> {
-    limiter: Arc<KeyedLimiter<K, C, W>>,
+pub struct PerKey<K, C, W: Word, F, S = KeyHasher> {
+    limiter: Arc<KeyedLimiter<K, C, W, S>>,
     key: F,
 }
 
-impl<K, C, W: Word, F> PerKey<K, C, W, F> {
+impl<K, C, W: Word, F, S> PerKey<K, C, W, F, S> {
     /// `limiter`'s bucket for the key `key` reads from each request: the limit of
     /// [`RejectLayer::per_key`], to wrap (in a [`Counted`](crate::observe::Counted), say) before
     /// [`RejectLayer::new`].
-    pub fn new(limiter: Arc<KeyedLimiter<K, C, W>>, key: F) -> Self {
+    pub fn new(limiter: Arc<KeyedLimiter<K, C, W, S>>, key: F) -> Self {
         Self { limiter, key }
     }
 }
 
-impl<Req, K, C, W, F> Limit<Req> for PerKey<K, C, W, F>
+impl<Req, K, C, W, F, S> Limit<Req> for PerKey<K, C, W, F, S>
 where
     K: Hash + Eq + Clone,
     C: Clock,
     W: Word,
     F: KeyOf<Req, Key = K>,
+    S: BuildHasher,
 {
     fn check(&self, request: &Req) -> Result<(), RateLimited> {
         let key = self.key.key_of(request);
@@ -101,11 +102,11 @@ impl<L> RejectLayer<L> {
     }
 }
 
-impl<K, C, W: Word, F> RejectLayer<PerKey<K, C, W, F>> {
+impl<K, C, W: Word, F, S> RejectLayer<PerKey<K, C, W, F, S>> {
     /// One bucket per key, `key` reading a request's key (a client address, an API key).
     ///
     /// Keep a clone of `limiter` to [`sweep`](KeyedLimiter::sweep) it from a timer.
-    pub fn per_key(limiter: Arc<KeyedLimiter<K, C, W>>, key: F) -> Self {
+    pub fn per_key(limiter: Arc<KeyedLimiter<K, C, W, S>>, key: F) -> Self {
         Self::new(Arc::new(PerKey::new(limiter, key)))
     }
 }

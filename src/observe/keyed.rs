@@ -6,8 +6,13 @@ use super::{Counted, Observe};
 use crate::{Clock, KeyedDenied, Word};
 
 #[cfg(feature = "std")]
-impl<K: core::hash::Hash + Eq + Clone, C: Clock, W: Word, O: Observe>
-    Counted<crate::KeyedLimiter<K, C, W>, O>
+impl<K, C, W, S, O> Counted<crate::KeyedLimiter<K, C, W, S>, O>
+where
+    K: core::hash::Hash + Eq + Clone,
+    C: Clock,
+    W: Word,
+    S: core::hash::BuildHasher,
+    O: Observe,
 {
     /// [`KeyedLimiter::try_acquire`](crate::KeyedLimiter::try_acquire), counted: one count for
     /// the whole limiter, whichever the key. A new key refused for want of room counts as denied.

@@ -1,0 +1,320 @@
+//! A keyed limiter's shards: each a lock around two hash tables of entries; the entries, with a
+//! tier's byte only in a limiter of several tiers; and which shard a hash goes to.
+
+use core::hash::{BuildHasher, Hash};
+use std::boxed::Box;
+use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use hashbrown::HashTable;
+// Not `crate::sync`: a hint beside the buckets, never a bucket's state.
+use portable_atomic::AtomicU64;
+
+use crate::engine::word::Word;
+
+/// One key's entry in a shard's table: the key, its bucket's word and the index of the tier it
+/// follows. The tier changes only under the shard's write lock, so that no call updates a word
+/// laid out by another tier.
+pub(super) trait Slot {
+    /// The key.
+    type Key: Hash + Eq;
+    /// The bucket's word.
+    type Word: Word;
+    /// Whether the entry keeps its tier: `false` in a limiter of one tier, where it is always 0.
+    const TIERED: bool;
+
+    fn new(key: Self::Key, word: u64, tier: u8) -> Self;
+    fn key(&self) -> &Self::Key;
+    fn word(&self) -> &<Self::Word as Word>::Atomic;
+    fn tier(&self) -> u8;
+    /// Puts `word` and `tier` in the entry (under the write lock).
+    fn replace(&mut self, word: u64, tier: u8);
+}
+
+/// The entry of a limiter of one tier: the key and the word, nothing else (16 bytes for a
+/// `u64` key on the 64-bit word, 8 on the 32-bit word).
+pub(super) struct OneTierEntry<K, W: Word> {
+    key: K,
+    word: W::Atomic,
+}
+
+/// The entry of a limiter of several tiers: the key, the word and the tier's byte, rounded up
+/// to the alignment (24 bytes for a `u64` key on the 64-bit word, 16 on the 32-bit word).
+pub(super) struct TieredEntry<K, W: Word> {
+    key: K,
+    word: W::Atomic,
+    tier: u8,
+}
+
+impl<K: Hash + Eq, W: Word> Slot for OneTierEntry<K, W> {
+    type Key = K;
+    type Word = W;
+    const TIERED: bool = false;
+
+    fn new(key: K, word: u64, _tier: u8) -> Self {
+        Self {
+            key,
+            word: W::cell(word),
+        }
+    }
+    #[inline]
+    fn key(&self) -> &K {
+        &self.key
+    }
+    #[inline]
+    fn word(&self) -> &W::Atomic {
+        &self.word
+    }
+    #[inline]
+    fn tier(&self) -> u8 {
+        0
+    }
+    fn replace(&mut self, word: u64, _tier: u8) {
+        // The only tier there is: `set_tier` checked the index against the tiers.
+        self.word = W::cell(word);
+    }
+}
+
+impl<K: Hash + Eq, W: Word> Slot for TieredEntry<K, W> {
+    type Key = K;
+    type Word = W;
+    const TIERED: bool = true;
+
+    fn new(key: K, word: u64, tier: u8) -> Self {
+        Self {
+            key,
+            word: W::cell(word),
+            tier,
+        }
+    }
+    #[inline]
+    fn key(&self) -> &K {
+        &self.key
+    }
+    #[inline]
+    fn word(&self) -> &W::Atomic {
+        &self.word
+    }
+    #[inline]
+    fn tier(&self) -> u8 {
+        self.tier
+    }
+    fn replace(&mut self, word: u64, tier: u8) {
+        self.word = W::cell(word);
+        self.tier = tier;
+    }
+}
+
+/// Every shard of a limiter, on the entry its tier count calls for.
+pub(super) enum Tables<K, W: Word> {
+    OneTier(Box<[Shard<OneTierEntry<K, W>>]>),
+    Tiered(Box<[Shard<TieredEntry<K, W>>]>),
+}
+
+impl<K, W: Word> Tables<K, W> {
+    /// `count` empty shards of entries with a tier's byte if `tiered`.
+    pub fn new(count: usize, tiered: bool, now: u64) -> Self {
+        if tiered {
+            Tables::Tiered((0..count).map(|_| Shard::new(now)).collect())
+        } else {
+            Tables::OneTier((0..count).map(|_| Shard::new(now)).collect())
+        }
+    }
+}
+
+/// Runs `$body` on the limiter's shards, as whichever entry they hold.
+macro_rules! on_shards {
+    ($tables:expr, $shards:ident => $body:expr) => {
+        match $tables {
+            $crate::keyed::map::tables::Tables::OneTier($shards) => $body,
+            $crate::keyed::map::tables::Tables::Tiered($shards) => $body,
+        }
+    };
+}
+pub(super) use on_shards;
+
+/// One shard, on its own cache lines so that its lock does not share them with a neighbour's.
+#[repr(align(128))]
+pub(super) struct Shard<E> {
+    inner: RwLock<Entries<E>>,
+    /// When a sweep of this shard expects to evict a sixteenth of its keys (ticks); read by
+    /// rounds without the lock.
+    pub due_ticks: AtomicU64,
+}
+
+/// A shard's keys: the protected ones and the others.
+pub(super) struct Entries<E> {
+    pub protected: HashTable<E>,
+    pub fresh: HashTable<E>,
+}
+
+impl<E> Shard<E> {
+    fn new(now: u64) -> Self {
+        Shard {
+            inner: RwLock::new(Entries {
+                protected: HashTable::new(),
+                fresh: HashTable::new(),
+            }),
+            due_ticks: AtomicU64::new(now),
+        }
+    }
+
+    /// The shard's read lock. A panic elsewhere cannot leave a bucket's word half-written (it
+    /// is one atomic), so a poisoned lock is used as it is.
+    #[inline]
+    pub fn read(&self) -> RwLockReadGuard<'_, Entries<E>> {
+        self.inner.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The shard's write lock; poisoning is ignored as for [`read`](Self::read).
+    pub fn write(&self) -> RwLockWriteGuard<'_, Entries<E>> {
+        self.inner.write().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl<E: Slot> Entries<E> {
+    /// `key`'s entry, protected or not.
+    #[inline]
+    pub fn find(&self, hash: u64, key: &E::Key) -> Option<&E> {
+        self.protected
+            .find(hash, |e| e.key() == key)
+            .or_else(|| self.fresh.find(hash, |e| e.key() == key))
+    }
+
+    /// Keys held.
+    pub fn len(&self) -> usize {
+        self.protected.len() + self.fresh.len()
+    }
+}
+
+/// Which shard each slice of a hash's shard bits goes to: shard `i` of `count` takes a share
+/// of the hashes proportional to `2^(i / count)`, so that the shards hold different numbers of
+/// keys, spread over one doubling. A table doubles when it is seven eighths full, so shards of
+/// equal size would all be just past doubling (under half full) at the same key counts;
+/// spread over a doubling, they double one at a time, and the limiter's tables stay about 0.6
+/// full on average at any key count instead of between 0.44 and 0.88 all together.
+///
+/// The map has 32 slices per shard (a power of two at least that): shard `i` gets the slices
+/// whose middle `x` in `[0, 1)` has `floor(count × log2(1 + x)) = i`, the inverse of the
+/// distribution with those weights. Worked out once, at construction.
+pub(super) fn shard_map(count: usize) -> Box<[u16]> {
+    let slices = (count * 32).next_power_of_two();
+    (0..slices)
+        .map(|slice| {
+            let x = (slice as f64 + 0.5) / slices as f64;
+            let shard = (count as f64 * (1.0 + x).log2()) as usize;
+            shard.min(count - 1) as u16
+        })
+        .collect()
+}
+
+/// The bits of a hash that pick a slice of the shard map: bits the shard's own tables do not
+/// use (they take the low bits for the bucket and the top seven for their tags).
+#[inline]
+pub(super) fn shard_bits(hash: u64) -> usize {
+    (hash >> 40) as usize
+}
+
+/// How many entries `table` holds before it must grow or rehash: hashbrown's load limit (7/8 of
+/// its buckets), with the bucket count read back from the allocation size (entries, then one
+/// control byte each and one group of spare control bytes; the padding between them is less
+/// than an entry and a control byte, so rounding down to a power of two recovers it).
+fn full_capacity<T>(table: &HashTable<T>) -> usize {
+    let bytes = table.allocation_size();
+    if bytes == 0 {
+        return 0;
+    }
+    let estimate = bytes.saturating_sub(16) / (core::mem::size_of::<T>() + 1);
+    let buckets = 1usize << estimate.max(1).ilog2();
+    if buckets < 8 {
+        buckets - 1
+    } else {
+        buckets / 8 * 7
+    }
+}
+
+/// Makes room for one more entry without doubling a table that is only full of deleted marks:
+/// eviction leaves one per removed entry, and hashbrown counts them against its load limit, so a
+/// table at a steady number of keys under a flood would otherwise double again and again. When
+/// they are a thirty-second of the entries or more, the table is rebuilt at its bucket count
+/// without them: at most once per that many insertions, so at most 32 moves per insertion.
+pub(super) fn before_insert<E: Slot>(table: &mut HashTable<E>, hasher: &impl BuildHasher) {
+    let len = table.len();
+    if table.capacity() > len {
+        return;
+    }
+    let full = full_capacity(table);
+    if full.saturating_sub(len) >= (len / 32).max(1) {
+        rebuild(table, full, hasher);
+    }
+}
+
+/// Gives memory back once a table is mostly empty: rebuilt at the size its entries need.
+pub(super) fn shrink<E: Slot>(table: &mut HashTable<E>, hasher: &impl BuildHasher) {
+    let len = table.len();
+    if len.saturating_mul(4) < full_capacity(table) {
+        rebuild(table, len, hasher);
+    }
+}
+
+/// Moves every entry into a new table sized for `capacity`, without deleted marks.
+fn rebuild<E: Slot>(table: &mut HashTable<E>, capacity: usize, hasher: &impl BuildHasher) {
+    let mut rebuilt = HashTable::with_capacity(capacity);
+    for entry in table.drain() {
+        let hash = hasher.hash_one(entry.key());
+        rebuilt.insert_unique(hash, entry, |e| hasher.hash_one(e.key()));
+    }
+    *table = rebuilt;
+}
+
+/// Inserts a new entry, which no table of the shard holds, into `table`; returns it.
+pub(super) fn insert<'a, E: Slot>(
+    table: &'a mut HashTable<E>,
+    hash: u64,
+    entry: E,
+    hasher: &impl BuildHasher,
+) -> &'a E {
+    before_insert(table, hasher);
+    table
+        .insert_unique(hash, entry, |e| hasher.hash_one(e.key()))
+        .into_mut()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The bytes an entry costs, as the limiter's docs state them.
+    #[test]
+    fn an_entry_has_the_tier_byte_only_in_a_limiter_of_several_tiers() {
+        use core::mem::size_of;
+        use core::net::IpAddr;
+        assert_eq!(size_of::<OneTierEntry<u64, u64>>(), 16);
+        assert_eq!(size_of::<OneTierEntry<u64, u32>>(), 16);
+        assert_eq!(size_of::<OneTierEntry<u32, u32>>(), 8);
+        assert_eq!(size_of::<OneTierEntry<Option<IpAddr>, u64>>(), 32);
+        assert_eq!(size_of::<OneTierEntry<Option<IpAddr>, u32>>(), 24);
+        assert_eq!(size_of::<TieredEntry<u64, u64>>(), 24);
+        assert_eq!(size_of::<TieredEntry<u64, u32>>(), 16);
+        assert_eq!(size_of::<TieredEntry<Option<IpAddr>, u64>>(), 32);
+        assert_eq!(size_of::<TieredEntry<Option<IpAddr>, u32>>(), 24);
+    }
+
+    /// Every shard gets a share, growing by the same factor from one shard to the next.
+    #[test]
+    fn the_shard_map_spreads_the_shards_over_one_doubling() {
+        for count in [1usize, 2, 3, 8, 64, 1024] {
+            let map = shard_map(count);
+            let mut shares = std::vec![0usize; count];
+            for &shard in map.iter() {
+                shares[usize::from(shard)] += 1;
+            }
+            assert!(shares.iter().all(|&share| share > 0), "{count}: {shares:?}");
+            assert!(
+                shares.windows(2).all(|w| w[0] <= w[1] + 1),
+                "{count}: {shares:?}"
+            );
+            let (first, last) = (shares[0] as f64, shares[count - 1] as f64);
+            assert!(last <= 2.0 * first + 1.0, "{count}: {shares:?}");
+        }
+    }
+}
