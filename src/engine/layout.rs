@@ -50,9 +50,12 @@
 //! into a gift of tokens.
 
 mod approx;
+mod narrow;
 mod pause;
 mod quota;
 mod transition;
+
+pub(crate) use narrow::{Narrow, Unpacked};
 
 use core::num::NonZeroU64;
 
@@ -70,12 +73,16 @@ const BURST_SHARE_BITS: u32 = 9;
 /// The 32-bit word rounds a rate down by at most one part in this many.
 const FIXED_MAX_ROUNDING: u128 = 1_000;
 
-/// A bucket's configuration in the word's units: six words and five bytes, so that a bucket on a
-/// zero-sized clock (this and its word) fits in one 64-byte cache line. Everything the solver
-/// can derive from these is a method, not a field: the burst, its units, the debt bound, the
-/// idle horizon, the masks and the never-used mark.
+/// A bucket's configuration in the word's units: six `u64`s and five bytes (56 bytes), so that a
+/// bucket on a zero-sized clock and the 64-bit word (this and its word) fits in one 64-byte cache
+/// line. A bucket on the 32-bit word stores it in 28 bytes ([`Narrow`]: `u32`s, the modulus
+/// and the width implied), so that with its word it is 32 bytes. Everything the solver can
+/// derive from these is a method, not a field: the burst, its units, the debt bound, the idle
+/// horizon, the masks and the never-used mark.
+///
+/// `pub` only so that [`Word`](crate::Word)'s hidden items can name it: its module is private.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Layout {
+pub struct Layout {
     /// `A`: units in one quantum; in fixed point, `M`: units in one tick times 2^32.
     pub units_per_quantum: NonZeroU64,
     /// `U`: units in one token.

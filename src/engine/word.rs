@@ -3,6 +3,7 @@
 crate::with_word64! {
     use crate::engine::sync::AtomicU64;
 }
+use crate::engine::layout::{Layout, Narrow, Unpacked};
 use crate::engine::sync::{AtomicU32, Ordering};
 
 /// The word a bucket keeps its state in: `u64` where the target has native 64-bit atomics,
@@ -37,6 +38,22 @@ pub trait Word: sealed::Sealed + Copy + 'static {
     /// spuriously; callers loop.
     #[doc(hidden)]
     fn compare_exchange(cell: &Self::Atomic, current: u64, new: u64) -> Result<(), u64>;
+    /// A bucket's layout as a bucket on this word keeps it: the layout itself on the 64-bit
+    /// word, 28 bytes of `u32`s on the 32-bit word.
+    #[doc(hidden)]
+    type Stored: Copy + Send + Sync + core::fmt::Debug + 'static;
+    /// A stored layout, ready to read: a reference to it on the 64-bit word (its code is what
+    /// it was before the 32-bit word had a form of its own), a copy unpacked on the stack on
+    /// the 32-bit word, whose fields the optimizer reads from the stored ones.
+    #[doc(hidden)]
+    type Params<'a>: core::ops::Deref<Target = Layout> + Copy;
+    /// The stored form of `params`, a layout the solver made for this word; `None` if it does
+    /// not fit it (which the solver never makes).
+    #[doc(hidden)]
+    fn pack(params: &Layout) -> Option<Self::Stored>;
+    /// The layout `stored` holds.
+    #[doc(hidden)]
+    fn unpack(stored: &Self::Stored) -> Self::Params<'_>;
 }
 
 crate::with_atomic64! {
@@ -220,6 +237,15 @@ pub(crate) const fn unused_mark(bits: u32) -> u64 {
 impl Word for u32 {
     type Atomic = AtomicU32;
     const BITS: u32 = 32;
+    type Stored = Narrow;
+    type Params<'a> = Unpacked;
+    fn pack(params: &Layout) -> Option<Narrow> {
+        Narrow::pack(params)
+    }
+    #[inline]
+    fn unpack(stored: &Narrow) -> Unpacked {
+        stored.unpack()
+    }
     #[cfg(not(loom))]
     const UNUSED: AtomicU32 = AtomicU32::new(unused_mark(32) as u32);
     fn cell(value: u64) -> AtomicU32 {
@@ -248,6 +274,15 @@ crate::with_word64! {
     impl Word for u64 {
         type Atomic = AtomicU64;
         const BITS: u32 = 64;
+        type Stored = Layout;
+        type Params<'a> = &'a Layout;
+        fn pack(params: &Layout) -> Option<Layout> {
+            (params.word_bits == 64).then_some(*params)
+        }
+        #[inline]
+        fn unpack(stored: &Layout) -> &Layout {
+            stored
+        }
         #[cfg(not(loom))]
         const UNUSED: AtomicU64 = AtomicU64::new(unused_mark(64));
         fn cell(value: u64) -> AtomicU64 {

@@ -37,7 +37,7 @@ static TABLE: TokenBucket<SysTickClock> =
 /// exactly as `TABLE` does, and hold a century of idle time.
 #[cfg(board = "lm3s6965evb")]
 static WIDE: TokenBucket<SysTickClock, u64> =
-    TokenBucket::new_with_word(Quota::new(Rate::per_second(2)).burst(5), SysTickClock);
+    TokenBucket::<_, u64>::new_with_word(Quota::new(Rate::per_second(2)).burst(5), SysTickClock);
 
 /// Paced blocking waits: 10 a second, one at a time, from empty.
 static PACED: TokenBucket<SysTickClock> = TokenBucket::new(

@@ -1,0 +1,201 @@
+//! The 32-bit word's layout as a [`TokenBucket`](crate::TokenBucket) stores it: 28 bytes of
+//! `u32`s and flags, align 4, so that a bucket on a zero-sized clock is 32 bytes (half the
+//! 64-bit word's cache line). Unpacked into a [`Layout`] on the stack at each call; the
+//! optimizer then reads the stored fields where the transition reads the layout's.
+//!
+//! Why every field fits. The 32-bit word's burst is at most `2^32 >> 9 = 2^23` units (the
+//! solver's `BURST_SHARE_BITS`, in fixed point and in quanta alike), so the units per token, the
+//! start fill and the ceiling (the burst and less than a step, the step being at most the burst)
+//! are below 2^24, and the split between elapsed time and debt below the modulus, at most 2^32.
+//! Only the fixed-point multiplier `M` (units in one tick, times 2^32) may pass 2^32, where the
+//! rate is a unit or more a tick: it keeps both halves. The word's width is the type's, and the
+//! modulus is implied: 2^32 where the clock is read every tick (fixed point, and quanta of one
+//! tick), `A · 2^(64 - quanta_spare_bits)` where it is read in quanta of 2^`shift` ticks.
+
+use core::num::{NonZeroU32, NonZeroU64};
+use core::ops::Deref;
+
+use super::Layout;
+
+/// A [`Layout`] of the 32-bit word in 28 bytes. Built only by [`Narrow::pack`], which refuses a
+/// layout it could not give back exactly.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Narrow {
+    /// `A` or `M`, low half then high half.
+    units_per_quantum: [u32; 2],
+    units_per_token: NonZeroU32,
+    negative_from: u32,
+    ceiling_units: u32,
+    start_units: u32,
+    shift: u8,
+    fraction_bits: u8,
+    quanta_spare_bits: u8,
+    exact: bool,
+}
+
+/// A [`Narrow`] layout unpacked for one call: what a bucket on the 32-bit word reads its
+/// transitions with.
+#[derive(Clone, Copy, Debug)]
+pub struct Unpacked(Layout);
+
+impl Deref for Unpacked {
+    type Target = Layout;
+    #[inline]
+    fn deref(&self) -> &Layout {
+        &self.0
+    }
+}
+
+impl Narrow {
+    /// `params` in 28 bytes, or `None` if it is not a 32-bit word's layout that unpacks to
+    /// itself (the solver builds none such; see the module's docs).
+    pub(crate) const fn pack(params: &Layout) -> Option<Narrow> {
+        const fn narrow(x: u64) -> Option<u32> {
+            if x <= u32::MAX as u64 {
+                Some(x as u32)
+            } else {
+                None
+            }
+        }
+        if params.word_bits != 32 {
+            return None;
+        }
+        let upq = params.units_per_quantum.get();
+        let Some(units_per_token) = narrow(params.units_per_token.get()) else {
+            return None;
+        };
+        let Some(units_per_token) = NonZeroU32::new(units_per_token) else {
+            return None;
+        };
+        let (Some(negative_from), Some(ceiling_units), Some(start_units)) = (
+            narrow(params.negative_from),
+            narrow(params.ceiling_units),
+            narrow(params.start_units),
+        ) else {
+            return None;
+        };
+        let packed = Narrow {
+            units_per_quantum: [upq as u32, (upq >> 32) as u32],
+            units_per_token,
+            negative_from,
+            ceiling_units,
+            start_units,
+            shift: params.shift,
+            fraction_bits: params.fraction_bits,
+            quanta_spare_bits: params.quanta_spare_bits,
+            exact: params.exact,
+        };
+        // The modulus is the one field not stored: it must be the one `unpack` works out.
+        if packed.quanta_spare_bits > 64 || packed.modulus() != params.modulus {
+            return None;
+        }
+        Some(packed)
+    }
+
+    /// The layout this stores, field for field.
+    #[inline]
+    pub(crate) const fn unpack(&self) -> Unpacked {
+        let [low, high] = self.units_per_quantum;
+        let upq = (high as u64) << 32 | low as u64;
+        Unpacked(Layout {
+            // Neither is ever 0 (`pack` took them from `NonZero`s); `MIN` only spares the
+            // unpacking a panic path.
+            units_per_quantum: match NonZeroU64::new(upq) {
+                Some(upq) => upq,
+                None => NonZeroU64::MIN,
+            },
+            units_per_token: match NonZeroU64::new(self.units_per_token.get() as u64) {
+                Some(upt) => upt,
+                None => NonZeroU64::MIN,
+            },
+            modulus: self.modulus(),
+            negative_from: self.negative_from as u64,
+            ceiling_units: self.ceiling_units as u64,
+            start_units: self.start_units as u64,
+            shift: self.shift,
+            fraction_bits: self.fraction_bits,
+            quanta_spare_bits: self.quanta_spare_bits,
+            word_bits: 32,
+            exact: self.exact,
+        })
+    }
+
+    /// `W`: 2^32 for a clock read every tick, else `A · 2^k` with quanta taken modulo 2^k,
+    /// `k = 64 - quanta_spare_bits` (`pack` checked that this is the layout's).
+    #[inline]
+    const fn modulus(&self) -> u64 {
+        if self.shift == 0 {
+            1 << 32
+        } else {
+            let a = (self.units_per_quantum[1] as u64) << 32 | self.units_per_quantum[0] as u64;
+            a.wrapping_shl(64 - self.quanta_spare_bits as u32)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Quota, Rate};
+    use core::time::Duration;
+
+    #[test]
+    fn every_layout_of_the_32_bit_word_packs_and_unpacks_to_itself() {
+        // Fixed point (below, at and above a unit a tick) and quanta (slow rates on fast clocks,
+        // with and without shifts), exact and rounded.
+        let rates = [
+            Rate::per_second(2),
+            Rate::per_second(10),
+            Rate::per_minute(171),
+            Rate::per_second(100_000),
+            Rate::per_second(50_001),
+            Rate::per_second(1_000_000_000),
+            Rate::per_day(1),
+            Rate::per_day(3),
+            Rate::new(1, Duration::from_secs(31_557_600)),
+            Rate::new(3, Duration::from_millis(700)),
+        ];
+        let bursts = [1, 5, 1_000, 10_000];
+        let clocks = [32_768, 1_000_000, 12_500_000, 64_000_000, 1_000_000_000];
+        // Layouts packed: fixed point, quanta of one tick, quanta of several ticks.
+        let mut kinds = [0; 3];
+        for rate in rates {
+            for burst in bursts {
+                for hz in clocks {
+                    let quota = Quota::new(rate).burst(burst).start_with(burst / 2);
+                    let Ok(p) = Layout::solve(&quota, hz, 32) else {
+                        continue;
+                    };
+                    let narrow = Narrow::pack(&p).expect("packs");
+                    assert_eq!(*narrow.unpack(), p, "{quota} on {hz} Hz");
+                    let kind = match (p.fraction_bits, p.shift) {
+                        (32, _) => 0,
+                        (_, 0) => 1,
+                        _ => 2,
+                    };
+                    kinds[kind] += 1;
+                }
+            }
+        }
+        // The solver reads a clock every tick in fixed point; quanta of one tick are a layout it
+        // could make, so they are packed here too.
+        for (a, u) in [(1, 1), (3, 7), (1 << 20, 1 << 18)] {
+            let p = super::super::layout(0, a, u, 5, 2, 32).unwrap();
+            assert_eq!(*Narrow::pack(&p).unwrap().unpack(), p, "{a} / {u}");
+            kinds[1] += 1;
+        }
+        assert!(kinds.iter().all(|&n| n >= 3), "{kinds:?}");
+    }
+
+    #[test]
+    fn a_64_bit_layout_does_not_pack() {
+        let p = Layout::solve(&Quota::new(Rate::per_second(2)), 1_000_000_000, 64).unwrap();
+        assert_eq!(Narrow::pack(&p), None);
+    }
+
+    #[test]
+    fn it_is_28_bytes() {
+        assert_eq!(core::mem::size_of::<Narrow>(), 28);
+        assert_eq!(core::mem::align_of::<Narrow>(), 4);
+    }
+}
