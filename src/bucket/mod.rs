@@ -238,8 +238,22 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
             return Ok(());
         }
         let p = self.layout();
-        let cost = p.cost_on::<W>(n)?;
+        let Some(cost) = p.cost_within(n) else {
+            return Err(Denied::ExceedsCapacity {
+                burst: self.burst_when_exceeded(),
+            });
+        };
         self.cell(&p).try_take::<C>(self.clock.now(), cost)
+    }
+
+    /// The burst, for the denial of a request above it, worked out off the hot path from the
+    /// bucket alone: its caller keeps no layout in memory for it (on the 32-bit word, where the
+    /// layout is unpacked into registers, that would be a copy on the stack at every call). The
+    /// denial itself is built by the caller, so that one reading only whether a call was
+    /// granted reads no field of it.
+    #[cold]
+    fn burst_when_exceeded(&self) -> u64 {
+        self.layout().burst_on::<W>()
     }
 
     /// Takes `n` tokens now for use when they have accrued, if that is within `max_wait`.

@@ -763,6 +763,30 @@ mod tests {
     }
 
     #[test]
+    fn every_modulus_is_even_so_the_mark_plus_one_never_wraps() {
+        // `Layout::keep` stores the never-used mark plus one without reducing it.
+        let rates = [
+            Rate::per_second(2),
+            Rate::per_minute(171),
+            Rate::per_second(549_637),
+            Rate::per_day(1),
+            Rate::per_second(1_000_000_000),
+            Rate::new(3, Duration::from_millis(700)),
+        ];
+        for rate in rates {
+            for hz in [32_768, 1_000_000, NS, 3_000_000_000] {
+                for bits in [32, 64] {
+                    if let Ok(p) = solve(Quota::new(rate).burst(7), hz, bits) {
+                        assert_eq!(p.modulus % 2, 0, "{rate} on {hz} Hz, {bits} bits");
+                        let mark = p.unused();
+                        assert!(p.modulus == 0 || mark >= p.modulus || mark + 1 < p.modulus);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
     fn rates_that_cannot_be_exact_are_rounded_down_by_under_a_millionth() {
         // (rate, quantum ticks)
         let rows = [

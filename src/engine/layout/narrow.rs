@@ -86,7 +86,10 @@ impl Narrow {
             exact: params.exact,
         };
         // The modulus is the one field not stored: it must be the one `unpack` works out.
-        if packed.quanta_spare_bits > 64 || packed.modulus() != params.modulus {
+        // Quanta are taken modulo 2^k, k <= 32 (read in 32 bits: `WordCell::units_at`).
+        if (packed.shift != 0 && packed.quanta_spare_bits < 32)
+            || packed.modulus() != params.modulus
+        {
             return None;
         }
         Some(packed)
@@ -121,14 +124,17 @@ impl Narrow {
     }
 
     /// `W`: 2^32 for a clock read every tick, else `A · 2^k` with quanta taken modulo 2^k,
-    /// `k = 64 - quanta_spare_bits` (`pack` checked that this is the layout's).
+    /// `k = 64 - quanta_spare_bits` (`pack` checked that this is the layout's). That is at most
+    /// 2^32, so `A · 2^(k - 1)` is worked out in 32 bits: a 64-bit shift by a variable amount
+    /// would be a dozen instructions on a 32-bit core, at every call.
     #[inline]
     const fn modulus(&self) -> u64 {
         if self.shift == 0 {
             1 << 32
         } else {
-            let a = (self.units_per_quantum[1] as u64) << 32 | self.units_per_quantum[0] as u64;
-            a.wrapping_shl(64 - self.quanta_spare_bits as u32)
+            let half = self.units_per_quantum[0]
+                .wrapping_shl(63u32.wrapping_sub(self.quanta_spare_bits as u32));
+            (half as u64) << 1
         }
     }
 }
@@ -168,6 +174,8 @@ mod tests {
                     };
                     let narrow = Narrow::pack(&p).expect("packs");
                     assert_eq!(*narrow.unpack(), p, "{quota} on {hz} Hz");
+                    // `Layout::keep` relies on it.
+                    assert_eq!(p.modulus % 2, 0, "{quota} on {hz} Hz");
                     let kind = match (p.fraction_bits, p.shift) {
                         (32, _) => 0,
                         (_, 0) => 1,
