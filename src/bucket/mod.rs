@@ -477,8 +477,9 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
     }
 
     /// The bucket's layout, unpacked from the form its word keeps it in (on the 64-bit word, a
-    /// reference to it).
-    #[inline]
+    /// reference to it). Always inlined, at every opt-level: a call would return the unpacked
+    /// layout through memory, which the caller then reads back field by field.
+    #[inline(always)]
     pub(crate) fn layout(&self) -> W::Params<'_> {
         W::unpack(&self.params)
     }

@@ -77,6 +77,7 @@ const fn long_division(n: u64, d: u64) -> u64 {
 /// `(high · 2^32 + low) / d` for `high < d` (so the quotient fits 32 bits): `divlu` of
 /// Hacker's Delight (9-3), two 16-bit digits, each estimate corrected at most twice.
 #[cfg_attr(target_pointer_width = "64", allow(dead_code))]
+#[inline(never)] // called twice by `long_division`: one copy, at every opt-level
 const fn divlu(high: u32, low: u32, d: u32) -> u32 {
     const B: u32 = 1 << 16;
     let shift = d.leading_zeros();
@@ -105,6 +106,7 @@ const fn divlu(high: u32, low: u32, d: u32) -> u32 {
 /// below can overflow (Hacker's Delight 9-3). `q · d0` is formed only while `q < 2^16`, and
 /// `rem · 2^16 + next` only while `rem < 2^16`.
 #[cfg_attr(target_pointer_width = "64", allow(dead_code))]
+#[inline(never)] // called twice by `divlu`: one copy, at every opt-level
 const fn digit(n: u32, next: u32, d1: u32, d0: u32) -> u32 {
     const B: u32 = 1 << 16;
     // d1 >= 2^15 > 0: a 32-bit division.

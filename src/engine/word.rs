@@ -242,7 +242,7 @@ impl Word for u32 {
     fn pack(params: &Layout) -> Option<Narrow> {
         Narrow::pack(params)
     }
-    #[inline]
+    #[inline(always)]
     fn unpack(stored: &Narrow) -> Unpacked {
         stored.unpack()
     }
@@ -279,7 +279,7 @@ crate::with_word64! {
         fn pack(params: &Layout) -> Option<Layout> {
             (params.word_bits == 64).then_some(*params)
         }
-        #[inline]
+        #[inline(always)]
         fn unpack(stored: &Layout) -> &Layout {
             stored
         }

@@ -95,8 +95,8 @@ impl Narrow {
         Some(packed)
     }
 
-    /// The layout this stores, field for field.
-    #[inline]
+    /// The layout this stores, field for field. Always inlined (see `TokenBucket::layout`).
+    #[inline(always)]
     pub(crate) const fn unpack(&self) -> Unpacked {
         let [low, high] = self.units_per_quantum;
         let upq = (high as u64) << 32 | low as u64;
@@ -127,7 +127,7 @@ impl Narrow {
     /// `k = 64 - quanta_spare_bits` (`pack` checked that this is the layout's). That is at most
     /// 2^32, so `A · 2^(k - 1)` is worked out in 32 bits: a 64-bit shift by a variable amount
     /// would be a dozen instructions on a 32-bit core, at every call.
-    #[inline]
+    #[inline(always)]
     const fn modulus(&self) -> u64 {
         if self.shift == 0 {
             1 << 32
