@@ -453,10 +453,11 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
     }
 
     /// The quota this bucket enforces: the rate, burst and start fill it was built with. The
-    /// bucket keeps no copy of its quota (it fits in one cache line), so this is worked out from
-    /// its layout: where [`is_exact`](Self::is_exact) is false, the rate is the rounded-down
-    /// rate it enforces (the one [`tick_rate`](Self::tick_rate) gives, in nanoseconds), and a
-    /// window quota ([`Quota::within`]) comes back as the rate and burst it was split into.
+    /// bucket keeps no copy of its quota (it fits in one cache line, or half of one on the
+    /// 32-bit word), so this is worked out from its layout: where [`is_exact`](Self::is_exact)
+    /// is false, the rate is the rounded-down rate it enforces (the one
+    /// [`tick_rate`](Self::tick_rate) gives, in nanoseconds), and a window quota
+    /// ([`Quota::within`]) comes back as the rate and burst it was split into.
     ///
     /// ```
     /// use tollgate::{ManualClock, Quota, Rate, TokenBucket};
