@@ -196,6 +196,54 @@ mod tests {
     }
 
     #[test]
+    fn the_32_bit_words_wait_in_quanta_is_the_least() {
+        // Slow rates on fast clocks: the 32-bit word reads them in quanta of 2^shift ticks.
+        let rates = [
+            Rate::per_day(1),
+            Rate::per_day(3),
+            Rate::new(1, Duration::from_secs(31_557_600)),
+        ];
+        let (mut layouts, mut checked) = (0, 0);
+        for rate in rates {
+            for burst in [1, 5, 1_000] {
+                for hz in [12_500_000, 64_000_000, 1_000_000_000] {
+                    let Ok(p) = Layout::solve(&Quota::new(rate).burst(burst), hz, 32) else {
+                        continue;
+                    };
+                    if p.shift == 0 {
+                        continue;
+                    }
+                    layouts += 1;
+                    let a = p.units_per_quantum.get();
+                    for now in [0, 1, 12_345_678_901, (1 << 40) - 1, u64::MAX - (1 << 50)] {
+                        for units in [1, 2, a - 1, a, a + 1, 3 * a]
+                            .into_iter()
+                            .filter(|&u| u > 0)
+                        {
+                            let d = p.ticks_until(now, units);
+                            // The least d after which the reading has moved ceil(units / A)
+                            // quanta.
+                            let quanta = u128::from(units.div_ceil(a));
+                            let moved = |d: u64| {
+                                ((u128::from(now) + u128::from(d)) >> p.shift)
+                                    - u128::from(now >> p.shift)
+                            };
+                            let at = std::format!("{rate} on {hz} Hz: {units} units from {now}");
+                            assert!(moved(d) >= quanta, "{at}");
+                            assert!(moved(d - 1) < quanta, "{at}");
+                            checked += 1;
+                        }
+                    }
+                }
+            }
+        }
+        assert!(
+            layouts >= 3 && checked >= 100,
+            "{layouts} layouts, {checked} waits"
+        );
+    }
+
+    #[test]
     fn a_64_bit_layout_does_not_pack() {
         let p = Layout::solve(&Quota::new(Rate::per_second(2)), 1_000_000_000, 64).unwrap();
         assert_eq!(Narrow::pack(&p), None);

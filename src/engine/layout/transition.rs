@@ -20,6 +20,11 @@ crate::cfg_atomic64! { not, cfg_attr(not(any(feature = "std", feature = "heaples
     mod convert;
 }
 
+/// Whether `Layout::ticks_until` divides the 32-bit word's quanta in 32 bits: on a 32-bit core,
+/// where that is smaller than a 64-bit shift by a variable amount, and in this crate's unit
+/// tests, so that the host runs that path too (`the_32_bit_words_wait_in_quanta_is_the_least`).
+const NARROW_DIVISION: bool = cfg!(any(test, not(target_pointer_width = "64")));
+
 impl Layout {
     /// The clock reading in units, read to the quantum (or in fixed point).
     #[inline]
@@ -181,9 +186,9 @@ impl Layout {
         }
         // Most layouts take a power of two of units a quantum (one, for rates that divide the
         // clock's frequency): on a 64-bit host a shift, not a division, on the denial path.
-        let quanta = if cfg!(target_pointer_width = "64") && a.is_power_of_two() {
+        let quanta = if !NARROW_DIVISION && a.is_power_of_two() {
             ((units - 1) >> a.trailing_zeros()) + 1
-        } else if !cfg!(target_pointer_width = "64") && self.word_bits == 32 {
+        } else if NARROW_DIVISION && self.word_bits == 32 {
             // On a 32-bit core, the 32-bit word: `A` is below 2^32, and so is any wait's units
             // (the ring holds 2^32; beyond it, saturating as in fixed point), so one 32-bit
             // division, smaller there than the shift by a variable amount of a 64-bit number.
