@@ -40,6 +40,17 @@ fn a_bucket_on_a_zero_sized_clock_is_one_cache_line() {
 }
 
 #[test]
+fn an_adjustable_bucket_keeps_each_words_form_in_its_slots() {
+    // The word beside its generation, two slots of a version and the stored layout (four
+    // `u64`s on the 32-bit word, seven on the 64-bit word), and the change flag.
+    assert_eq!(
+        size_of::<tollgate::AdjustableBucket<Zst, u32>>(),
+        8 + 2 * (8 + 32) + 8
+    );
+    assert!(size_of::<tollgate::AdjustableBucket<Zst, u64>>() <= 16 + 2 * (8 + 56) + 16);
+}
+
+#[test]
 fn a_bucket_on_the_32_bit_word_is_half_a_cache_line() {
     assert_eq!(size_of::<TokenBucket<Zst, u32>>(), 32);
     assert_eq!(core::mem::align_of::<TokenBucket<Zst, u32>>(), 4);

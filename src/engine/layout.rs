@@ -111,6 +111,54 @@ pub struct Layout {
     pub exact: bool,
 }
 
+crate::with_atomic128! {
+    /// The layout in seven `u64`s, for a slot of atomics (`AdjustableBucket` on the 64-bit word).
+    impl Layout {
+        /// The fields, the five bytes in the last word.
+        pub(crate) fn in_words(&self) -> [u64; 7] {
+            let bytes = [
+                self.shift,
+                self.fraction_bits,
+                self.quanta_spare_bits,
+                self.word_bits,
+                u8::from(self.exact),
+                0,
+                0,
+                0,
+            ];
+            [
+                self.units_per_quantum.get(),
+                self.units_per_token.get(),
+                self.modulus,
+                self.negative_from,
+                self.ceiling_units,
+                self.start_units,
+                u64::from_le_bytes(bytes),
+            ]
+        }
+
+        /// The layout [`in_words`](Self::in_words) gave these words, or `None` where a field that
+        /// cannot be 0 is.
+        pub(crate) fn from_words(words: &[u64; 7]) -> Option<Layout> {
+            let [shift, fraction_bits, quanta_spare_bits, word_bits, exact, ..] =
+                words[6].to_le_bytes();
+            Some(Layout {
+                units_per_quantum: NonZeroU64::new(words[0])?,
+                units_per_token: NonZeroU64::new(words[1])?,
+                modulus: words[2],
+                negative_from: words[3],
+                ceiling_units: words[4],
+                start_units: words[5],
+                shift,
+                fraction_bits,
+                quanta_spare_bits,
+                word_bits,
+                exact: exact != 0,
+            })
+        }
+    }
+}
+
 /// What the layout derives from its fields, off the grant path.
 impl Layout {
     /// The capacity in units: the ceiling less the part of a step it keeps beyond the burst.

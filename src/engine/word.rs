@@ -81,6 +81,24 @@ crate::with_atomic64! {
             new: (u32, u64),
             publish: bool,
         ) -> Result<(), (u32, u64)>;
+        /// The stored layout in `u64`s: four on the 32-bit word, seven on the 64-bit word.
+        #[doc(hidden)]
+        type Words: AsRef<[u64]> + AsMut<[u64]> + Copy;
+        /// Atomics holding as many `u64`s, for a quota's slot.
+        #[doc(hidden)]
+        type Fields: AsRef<[AtomicU64]> + Send + Sync + core::fmt::Debug;
+        /// Fields holding zeros.
+        #[doc(hidden)]
+        fn fields() -> Self::Fields;
+        /// `stored` in words.
+        #[doc(hidden)]
+        fn to_words(stored: &Self::Stored) -> Self::Words;
+        /// Words of zeros, to load fields into.
+        #[doc(hidden)]
+        fn words() -> Self::Words;
+        /// The stored layout `to_words` gave these words, or `None` for words it gives for none.
+        #[doc(hidden)]
+        fn from_words(words: &Self::Words) -> Option<Self::Stored>;
     }
 
 
@@ -95,6 +113,20 @@ crate::with_atomic64! {
 
     impl AdjustableWord for u32 {
         type Tagged = AtomicU64;
+        type Words = [u64; 4];
+        type Fields = [AtomicU64; 4];
+        fn fields() -> [AtomicU64; 4] {
+            core::array::from_fn(|_| AtomicU64::new(0))
+        }
+        fn to_words(stored: &Narrow) -> [u64; 4] {
+            stored.in_words()
+        }
+        fn words() -> [u64; 4] {
+            [0; 4]
+        }
+        fn from_words(words: &[u64; 4]) -> Option<Narrow> {
+            Narrow::from_words(words)
+        }
         fn tagged(generation: u32, word: u64) -> AtomicU64 {
             AtomicU64::new(u64::from(generation) << 32 | word)
         }
@@ -139,7 +171,8 @@ crate::with_atomic64_only! {
 crate::with_atomic128! {
     mod wide {
         use super::{success_ordering, AdjustableWord, DefaultWord};
-        use crate::engine::sync::{AtomicU128, Ordering};
+        use crate::engine::layout::Layout;
+        use crate::engine::sync::{AtomicU128, AtomicU64, Ordering};
 
         /// The word an [`AdjustableBucket`](crate::AdjustableBucket) uses unless told otherwise:
         /// the [`DefaultWord`], beside its generation in a lock-free 128-bit atomic.
@@ -147,6 +180,20 @@ crate::with_atomic128! {
 
         impl AdjustableWord for u64 {
             type Tagged = AtomicU128;
+            type Words = [u64; 7];
+            type Fields = [AtomicU64; 7];
+            fn fields() -> [AtomicU64; 7] {
+                core::array::from_fn(|_| AtomicU64::new(0))
+            }
+            fn to_words(stored: &Layout) -> [u64; 7] {
+                stored.in_words()
+            }
+            fn words() -> [u64; 7] {
+                [0; 7]
+            }
+            fn from_words(words: &[u64; 7]) -> Option<Layout> {
+                Layout::from_words(words)
+            }
             fn tagged(generation: u32, word: u64) -> AtomicU128 {
                 AtomicU128::new(join(generation, word))
             }

@@ -139,6 +139,45 @@ impl Narrow {
     }
 }
 
+crate::with_atomic64! {
+    impl Narrow {
+        /// The stored form in four `u64`s, for a slot of atomics (`AdjustableBucket` on the 32-bit
+        /// word): two `u32`s a word, the four bytes in the last.
+        pub(crate) fn in_words(&self) -> [u64; 4] {
+            let pair = |low: u32, high: u32| u64::from(high) << 32 | u64::from(low);
+            let bytes = [
+                self.shift,
+                self.fraction_bits,
+                self.quanta_spare_bits,
+                u8::from(self.exact),
+            ];
+            [
+                pair(self.units_per_quantum[0], self.units_per_quantum[1]),
+                pair(self.units_per_token.get(), self.negative_from),
+                pair(self.ceiling_units, self.start_units),
+                u64::from(u32::from_le_bytes(bytes)),
+            ]
+        }
+
+        /// The stored form [`in_words`](Self::in_words) gave these words, or `None` where the
+        /// units per token are 0.
+        pub(crate) fn from_words(words: &[u64; 4]) -> Option<Narrow> {
+            let [shift, fraction_bits, quanta_spare_bits, exact] = (words[3] as u32).to_le_bytes();
+            Some(Narrow {
+                units_per_quantum: [words[0] as u32, (words[0] >> 32) as u32],
+                units_per_token: NonZeroU32::new(words[1] as u32)?,
+                negative_from: (words[1] >> 32) as u32,
+                ceiling_units: words[2] as u32,
+                start_units: (words[2] >> 32) as u32,
+                shift,
+                fraction_bits,
+                quanta_spare_bits,
+                exact: exact != 0,
+            })
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -174,6 +213,7 @@ mod tests {
                     };
                     let narrow = Narrow::pack(&p).expect("packs");
                     assert_eq!(*narrow.unpack(), p, "{quota} on {hz} Hz");
+                    assert_eq!(Narrow::from_words(&narrow.in_words()), Some(narrow));
                     // `Layout::keep` relies on it.
                     assert_eq!(p.modulus % 2, 0, "{quota} on {hz} Hz");
                     let kind = match (p.fraction_bits, p.shift) {
