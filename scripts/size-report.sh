@@ -8,9 +8,11 @@
 #   scripts/size-report.sh          # s z 3
 #   scripts/size-report.sh s
 #
-# Fails if the bucket adds more than 1 KiB of .text at any opt-level (with `retry_after` read
-# too, that is reported against the same 1 KiB), or if either binary links a 64-bit division
-# routine (the 32-bit word's paths divide with the core's 32-bit division only).
+# Fails if the bucket adds more than 1 KiB of .text at any opt-level; if, with `retry_after`
+# read too, it adds more than 1 KiB at an opt-level that optimizes for size (s, z: at 3, which
+# trades size for speed, that figure is reported against the same 1 KiB); or if either binary
+# links a 64-bit division routine (the 32-bit word's paths divide with the core's 32-bit
+# division only).
 set -euo pipefail
 cd "$(dirname "$0")/../examples/firmware"
 
@@ -65,10 +67,14 @@ for level in "${levels[@]}"; do
       label="delta: try_acquire"
       if [ "$delta" -le "$limit" ]; then note="<= $limit: ok"; else note="> $limit: TOO BIG"; failed=1; fi
     else
-      # Reported against the same target; not yet held to it (the conversion of a denial's
-      # ticks into a Duration is most of it).
       label="delta: try_acquire + retry_after"
-      if [ "$delta" -le "$limit" ]; then note="<= $limit: ok"; else note="> $limit: over the target"; fi
+      if [ "$delta" -le "$limit" ]; then
+        note="<= $limit: ok"
+      elif [ "$level" = s ] || [ "$level" = z ]; then
+        note="> $limit: TOO BIG"; failed=1
+      else
+        note="> $limit: over the target (held to it at s and z only)"
+      fi
     fi
     printf "%-34s %7d %7d %7d %7d  %s\n" "$label" "$delta" $((r - br)) $((d - bd)) $((b - bb)) "$note"
   done

@@ -1,6 +1,5 @@
 //! [`AdjustableBucket`]: a token bucket whose quota can change while it is in use.
 
-use core::num::NonZeroU64;
 use core::time::Duration;
 
 use crate::clock::{duration_to_ticks_ceil, Clock};
@@ -11,8 +10,6 @@ use crate::{ConfigError, Denied, Pause, Quota, TickRate};
 
 /// Set in a slot's version when it holds a generation's parameters.
 const VALID: u64 = 1 << 32;
-/// Parameters packed into a slot.
-const FIELDS: usize = 7;
 
 /// A token bucket whose rate and burst can change while other threads acquire
 /// ([`set_quota`](Self::set_quota)), with no lock on the acquire path.
@@ -67,8 +64,9 @@ const FIELDS: usize = 7;
 pub struct AdjustableBucket<C, W: AdjustableWord = DefaultAdjustableWord> {
     /// The generation and the word.
     state: W::Tagged,
-    /// The layout of generation `g` is in `slots[g % 2]`.
-    slots: [Slot; 2],
+    /// The layout of generation `g` is in `slots[g % 2]`, in the form the word `W` keeps it
+    /// (seven `u64`s on the 64-bit word, four on the 32-bit word).
+    slots: [Slot<W>; 2],
     /// Held by the one change in progress; acquires never look at it.
     changing: AtomicBool,
     clock: C,
@@ -105,17 +103,17 @@ impl core::error::Error for SetQuotaError {}
 
 /// One generation's layout, in atomics, under a version.
 #[derive(Debug)]
-struct Slot {
+struct Slot<W: AdjustableWord> {
     /// `VALID | generation` when the fields hold that generation's layout; 0 while written.
     version: AtomicU64,
-    fields: [AtomicU64; FIELDS],
+    fields: W::Fields,
 }
 
-impl Slot {
+impl<W: AdjustableWord> Slot<W> {
     fn empty() -> Self {
         Self {
             version: AtomicU64::new(0),
-            fields: core::array::from_fn(|_| AtomicU64::new(0)),
+            fields: W::fields(),
         }
     }
 
@@ -127,68 +125,31 @@ impl Slot {
         if self.version.load(Ordering::Acquire) != expected {
             return None;
         }
-        let fields: [u64; FIELDS] =
-            core::array::from_fn(|i| self.fields[i].load(Ordering::Relaxed));
+        let mut words = W::words();
+        for (word, cell) in words.as_mut().iter_mut().zip(self.fields.as_ref()) {
+            *word = cell.load(Ordering::Relaxed);
+        }
         // Acquire: orders the field loads before the version's re-check, so a field from a
         // writer that began meanwhile is caught by a changed version.
         fence(Ordering::Acquire);
         if self.version.load(Ordering::Relaxed) != expected {
             return None;
         }
-        unpack(&fields)
+        W::from_words(&words).map(|stored| *W::unpack(&stored))
     }
 
-    /// Publishes `params` as `generation`'s. Only one writer at a time.
-    fn write(&self, generation: u32, params: &Layout) {
+    /// Publishes `stored` as `generation`'s. Only one writer at a time.
+    fn write(&self, generation: u32, stored: &W::Stored) {
         self.version.store(0, Ordering::Relaxed);
         // Release: a reader that sees any field below also sees the version cleared above.
         fence(Ordering::Release);
-        for (cell, value) in self.fields.iter().zip(pack(params)) {
-            cell.store(value, Ordering::Relaxed);
+        for (cell, value) in self.fields.as_ref().iter().zip(W::to_words(stored).as_ref()) {
+            cell.store(*value, Ordering::Relaxed);
         }
         // Release: publishes the fields with the version.
         self.version
             .store(VALID | u64::from(generation), Ordering::Release);
     }
-}
-
-fn pack(p: &Layout) -> [u64; FIELDS] {
-    let bytes = [
-        p.shift,
-        p.fraction_bits,
-        p.quanta_spare_bits,
-        p.word_bits,
-        u8::from(p.exact),
-        0,
-        0,
-        0,
-    ];
-    [
-        p.units_per_quantum.get(),
-        p.units_per_token.get(),
-        p.modulus,
-        p.negative_from,
-        p.ceiling_units,
-        p.start_units,
-        u64::from_le_bytes(bytes),
-    ]
-}
-
-fn unpack(f: &[u64; FIELDS]) -> Option<Layout> {
-    let [shift, fraction_bits, quanta_spare_bits, word_bits, exact, ..] = f[6].to_le_bytes();
-    Some(Layout {
-        units_per_quantum: NonZeroU64::new(f[0])?,
-        units_per_token: NonZeroU64::new(f[1])?,
-        modulus: f[2],
-        negative_from: f[3],
-        ceiling_units: f[4],
-        start_units: f[5],
-        shift,
-        fraction_bits,
-        quanta_spare_bits,
-        word_bits,
-        exact: exact != 0,
-    })
 }
 
 impl<C: Clock> AdjustableBucket<C> {
@@ -225,8 +186,9 @@ impl<C: Clock, W: AdjustableWord> AdjustableBucket<C, W> {
     /// ```
     pub fn try_new_with_word(quota: Quota, clock: C) -> Result<Self, ConfigError> {
         let params = Layout::solve(&quota, C::TICKS_PER_SECOND, W::BITS)?;
+        let stored = W::pack(&params).ok_or(ConfigError::Unrepresentable)?;
         let slots = [Slot::empty(), Slot::empty()];
-        slots[0].write(0, &params);
+        slots[0].write(0, &stored);
         let word = params.fresh(params.units_at(clock.now()));
         Ok(Self {
             state: W::tagged(0, word),
@@ -275,6 +237,7 @@ impl<C: Clock, W: AdjustableWord> AdjustableBucket<C, W> {
     /// changes nothing.
     pub fn set_quota(&self, quota: Quota) -> Result<(), SetQuotaError> {
         let to = Layout::solve(&quota, C::TICKS_PER_SECOND, W::BITS)?;
+        let stored = W::pack(&to).ok_or(ConfigError::Unrepresentable)?;
         // Acquire: sees the slot and state the previous change published.
         if self
             .changing
@@ -285,7 +248,7 @@ impl<C: Clock, W: AdjustableWord> AdjustableBucket<C, W> {
         }
         let ((generation, mut word), from) = self.current();
         let next = generation.wrapping_add(1);
-        self.slots[next as usize % 2].write(next, &to);
+        self.slots[next as usize % 2].write(next, &stored);
         let now = self.clock.now();
         loop {
             let converted = from.converted(&to, word, now);

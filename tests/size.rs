@@ -1,5 +1,6 @@
-//! A bucket on a zero-sized clock fits in one 64-byte cache line, checked at compile time, and
-//! still answers what quota it enforces, worked out from its layout.
+//! A bucket on a zero-sized clock is 32 bytes on the 32-bit word and one 64-byte cache line on
+//! the 64-bit word, checked at compile time, and still answers what quota it enforces, worked
+//! out from its layout.
 
 use core::mem::size_of;
 use core::time::Duration;
@@ -26,14 +27,35 @@ impl Clock for Nanos {
     }
 }
 
-// The word, the layout's six words and its six bytes of shifts and flags.
+// The 64-bit word: the word, the layout's six `u64`s and its five bytes of shifts and flags.
 const _: () = assert!(size_of::<TokenBucket<Zst, u64>>() <= 64);
-const _: () = assert!(size_of::<TokenBucket<Zst, u32>>() <= 64);
+// The 32-bit word: the word and the layout in 28 bytes of `u32`s and flags, align 4 on every
+// target, so 32 bytes on a 64-bit host as on a microcontroller.
+const _: () = assert!(size_of::<TokenBucket<Zst, u32>>() <= 32);
 
 #[test]
 fn a_bucket_on_a_zero_sized_clock_is_one_cache_line() {
     assert_eq!(size_of::<TokenBucket<Zst, u64>>(), 64);
     assert_eq!(size_of::<TokenBucket<&ManualClock, u64>>(), 72);
+}
+
+#[test]
+fn an_adjustable_bucket_keeps_each_words_form_in_its_slots() {
+    // The word beside its generation, two slots of a version and the stored layout (four
+    // `u64`s on the 32-bit word, seven on the 64-bit word), and the change flag.
+    assert_eq!(
+        size_of::<tollgate::AdjustableBucket<Zst, u32>>(),
+        8 + 2 * (8 + 32) + 8
+    );
+    assert!(size_of::<tollgate::AdjustableBucket<Zst, u64>>() <= 16 + 2 * (8 + 56) + 16);
+}
+
+#[test]
+fn a_bucket_on_the_32_bit_word_is_half_a_cache_line() {
+    assert_eq!(size_of::<TokenBucket<Zst, u32>>(), 32);
+    assert_eq!(core::mem::align_of::<TokenBucket<Zst, u32>>(), 4);
+    // A reference to a clock adds a pointer (and its alignment).
+    assert_eq!(size_of::<TokenBucket<&ManualClock, u32>>(), 40);
 }
 
 /// The quota a bucket answers is the quota it was built with, on either word, wherever the
@@ -114,4 +136,28 @@ fn a_window_quota_answers_its_rate_and_burst() {
     assert_eq!(got.rate(), quota.rate());
     assert_eq!(got.burst_size(), 40);
     assert_eq!(got.start_fill(), quota.start_fill());
+}
+
+/// A `const`-built bucket on either word (each word's `const` constructor packs its own form)
+/// answers the quota it was built with.
+#[test]
+fn a_const_bucket_answers_its_quota_on_either_word() {
+    const QUOTA: Quota = Quota::new(Rate::per_minute(171)).burst(20).start_with(5);
+    static NARROW: TokenBucket<Zst, u32> = TokenBucket::<_, u32>::new_with_word(QUOTA, Zst);
+    static WIDE: TokenBucket<Zst, u64> = TokenBucket::<_, u64>::new_with_word(QUOTA, Zst);
+    for (got, exact) in [
+        (NARROW.quota(), NARROW.is_exact()),
+        (WIDE.quota(), WIDE.is_exact()),
+    ] {
+        assert!(exact);
+        assert_eq!(got.rate(), QUOTA.rate());
+        assert_eq!(got.burst_size(), QUOTA.burst_size());
+        assert_eq!(got.start_fill(), QUOTA.start_fill());
+    }
+    // It grants its start fill at its first use.
+    let mut granted = 0;
+    while NARROW.try_acquire(1).is_ok() {
+        granted += 1;
+    }
+    assert_eq!(granted, 5);
 }

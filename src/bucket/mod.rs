@@ -6,6 +6,8 @@ use core::time::Duration;
 use crate::clock::{duration_to_ticks_floor, ticks_to_duration_ceil, Clock};
 use crate::engine::cell::WordCell;
 use crate::engine::layout::Layout;
+#[cfg(not(loom))]
+use crate::engine::layout::Narrow;
 use crate::engine::word::{DefaultWord, Word};
 use crate::{ConfigError, Denied, Quota};
 
@@ -65,7 +67,8 @@ pub use pause::Pause;
 /// [`try_new_with_word`](Self::try_new_with_word).
 pub struct TokenBucket<C, W: Word = DefaultWord> {
     word: W::Atomic,
-    params: Layout,
+    /// The layout, in the form the word keeps it (28 bytes on the 32-bit word).
+    params: W::Stored,
     clock: C,
 }
 
@@ -146,31 +149,60 @@ impl<C: Clock> TokenBucket<C> {
     }
 }
 
-impl<C: Clock, W: Word> TokenBucket<C, W> {
-    /// Like [`new`](TokenBucket::new), on the word `W`.
-    #[cfg(not(loom))]
+/// The layout of `quota` on a clock of `ticks_per_second` for a word of `bits`, for the `const`
+/// constructors: a bad quota panics, which in a `static` is a compile error.
+const fn solved(quota: &Quota, ticks_per_second: u64, bits: u32) -> Layout {
+    match Layout::solve(quota, ticks_per_second, bits) {
+        Ok(params) => params,
+        Err(error) => panic!("{}", error.message()),
+    }
+}
+
+// The `const` constructor is written once for each word: a `const fn` cannot call the trait's
+// `pack`, and each word keeps its layout in its own form.
+#[cfg(not(loom))]
+impl<C: Clock> TokenBucket<C, u32> {
+    /// Like [`new`](TokenBucket::new), on the 32-bit word. Name the word where the bucket's type
+    /// does not (`TokenBucket::<_, u32>::new_with_word`).
     pub const fn new_with_word(quota: Quota, clock: C) -> Self {
-        let params = match Layout::solve(&quota, C::TICKS_PER_SECOND, W::BITS) {
-            Ok(params) => params,
-            Err(error) => panic!("{}", error.message()),
+        let params = solved(&quota, C::TICKS_PER_SECOND, 32);
+        let Some(params) = Narrow::pack(&params) else {
+            panic!("{}", ConfigError::Unrepresentable.message())
         };
         Self {
-            word: W::UNUSED,
+            word: <u32 as Word>::UNUSED,
             params,
             clock,
         }
     }
+}
 
+#[cfg(not(loom))]
+crate::with_word64! {
+    impl<C: Clock> TokenBucket<C, u64> {
+        /// Like [`new`](TokenBucket::new), on the 64-bit word. Name the word where the bucket's
+        /// type does not (`TokenBucket::<_, u64>::new_with_word`).
+        pub const fn new_with_word(quota: Quota, clock: C) -> Self {
+            Self {
+                word: <u64 as Word>::UNUSED,
+                params: solved(&quota, C::TICKS_PER_SECOND, 64),
+                clock,
+            }
+        }
+    }
+}
+
+impl<C: Clock, W: Word> TokenBucket<C, W> {
     /// Like [`new`](TokenBucket::new), on the word `W` (non-`const` under loom).
     #[cfg(loom)]
     pub fn new_with_word(quota: Quota, clock: C) -> Self {
-        let params = match Layout::solve(&quota, C::TICKS_PER_SECOND, W::BITS) {
-            Ok(params) => params,
-            Err(error) => panic!("{}", error.message()),
+        let params = solved(&quota, C::TICKS_PER_SECOND, W::BITS);
+        let Some(stored) = W::pack(&params) else {
+            panic!("{}", ConfigError::Unrepresentable.message())
         };
         Self {
             word: W::cell(params.unused()),
-            params,
+            params: stored,
             clock,
         }
     }
@@ -187,10 +219,11 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
     /// ```
     pub fn try_new_with_word(quota: Quota, clock: C) -> Result<Self, ConfigError> {
         let params = Layout::solve(&quota, C::TICKS_PER_SECOND, W::BITS)?;
+        let stored = W::pack(&params).ok_or(ConfigError::Unrepresentable)?;
         let word = params.fresh(params.units_at(clock.now()));
         Ok(Self {
             word: W::cell(word),
-            params,
+            params: stored,
             clock,
         })
     }
@@ -204,8 +237,23 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
         if n == 0 {
             return Ok(());
         }
-        let cost = self.params.cost_on::<W>(n)?;
-        self.cell().try_take::<C>(self.clock.now(), cost)
+        let p = self.layout();
+        let Some(cost) = p.cost_within(n) else {
+            return Err(Denied::ExceedsCapacity {
+                burst: self.burst_when_exceeded(),
+            });
+        };
+        self.cell(&p).try_take::<C>(self.clock.now(), cost)
+    }
+
+    /// The burst, for the denial of a request above it, worked out off the hot path from the
+    /// bucket alone: its caller keeps no layout in memory for it (on the 32-bit word, where the
+    /// layout is unpacked into registers, that would be a copy on the stack at every call). The
+    /// denial itself is built by the caller, so that one reading only whether a call was
+    /// granted reads no field of it.
+    #[cold]
+    fn burst_when_exceeded(&self) -> u64 {
+        self.layout().burst_on::<W>()
     }
 
     /// Takes `n` tokens now for use when they have accrued, if that is within `max_wait`.
@@ -239,11 +287,11 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
                 wait: Duration::ZERO,
             });
         }
-        let cost = self.params.cost(n)?;
+        let p = self.layout();
+        let cost = p.cost(n)?;
         let max_wait_ticks = duration_to_ticks_floor::<C>(max_wait);
-        let p = &self.params;
         // The clock is read again on every try: the wait is from the reading that lands.
-        self.cell()
+        self.cell(&p)
             .update_fresh(&self.clock, |word, now, now_units| {
                 let (due_units, wait_ticks) = p
                     .reserve(word, now, now_units, cost, max_wait_ticks)
@@ -290,7 +338,8 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
         if reservation.tokens == 0 {
             return;
         }
-        let Ok(cost) = self.params.cost(reservation.tokens) else {
+        let p = self.layout();
+        let Ok(cost) = p.cost(reservation.tokens) else {
             return;
         };
         let now = self.clock.now();
@@ -300,10 +349,9 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
         if since_made < 0 || (pending_only && until_due <= 0) {
             return;
         }
-        let p = &self.params;
         let due = reservation.due_units;
-        let _nothing_to_give_back = self.update(now, |word, now_units| {
-            rule(p, word, now_units, due, cost)
+        let _nothing_to_give_back = self.cell(&p).update(now, |word, now_units| {
+            rule(&p, word, now_units, due, cost)
                 .map(|word| (word, ()))
                 .ok_or(())
         });
@@ -311,8 +359,9 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
 
     /// Whole tokens in the bucket now; 0 while reservations hold it in debt.
     pub fn available(&self) -> u64 {
-        let now_units = self.params.units_at(self.clock.now());
-        self.params.tokens(self.cell().read(now_units), now_units)
+        let p = self.layout();
+        let now_units = p.units_at(self.clock.now());
+        p.tokens(self.cell(&p).read(now_units), now_units)
     }
 
     /// How long until the bucket is full again if nobody takes from it, read to its
@@ -331,8 +380,9 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
     /// ```
     pub fn until_full(&self) -> Duration {
         let now = self.clock.now();
-        let word = self.cell().read(self.params.units_at(now));
-        let ticks = self.params.ticks_to_full(word, now);
+        let p = self.layout();
+        let word = self.cell(&p).read(p.units_at(now));
+        let ticks = p.ticks_to_full(word, now);
         ticks_to_duration_ceil::<C>(ticks)
     }
 
@@ -343,13 +393,13 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
     /// `const`-built bucket not used yet is left as it is: its start fill still takes effect at
     /// its first use.
     pub fn touch(&self) {
-        let p = &self.params;
+        let p = self.layout();
         // The never-used mark is not an instant, so it cannot age; starting the bucket here
         // would apply its start fill early.
         if W::load(&self.word) == p.unused() {
             return;
         }
-        let _already_fresh = self.update(self.clock.now(), |word, now_units| {
+        let _already_fresh = self.cell(&p).update(self.clock.now(), |word, now_units| {
             p.refreshed(word, now_units)
                 .map(|word| (word, ()))
                 .ok_or(())
@@ -367,7 +417,7 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
     /// accrue.
     /// Call [`touch`](Self::touch) within the horizon to read exactly always.
     pub fn idle_horizon(&self) -> Duration {
-        self.params.idle_horizon::<C>()
+        self.layout().idle_horizon::<C>()
     }
 
     /// The resolution to which the bucket reads its clock: the most time between two steps of
@@ -376,12 +426,12 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
     /// accrue where that is longer (see the crate docs). Decisions are exact for the clock read
     /// to this resolution.
     pub fn resolution(&self) -> Duration {
-        self.params.resolution::<C>()
+        self.layout().resolution::<C>()
     }
 
     /// [`resolution`](Self::resolution) in clock ticks.
     pub fn resolution_ticks(&self) -> u64 {
-        self.params.resolution_ticks()
+        self.layout().resolution_ticks()
     }
 
     /// The rate this bucket enforces, exactly: [`TickRate::tokens`] every [`TickRate::ticks`]
@@ -394,19 +444,20 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
     /// 32-bit word (in practice under one part per million there too). See
     /// [`is_exact`](Self::is_exact).
     pub fn tick_rate(&self) -> TickRate {
-        TickRate::of(&self.params)
+        TickRate::of(&self.layout())
     }
 
     /// Whether [`tick_rate`](Self::tick_rate) is the quota's rate exactly.
     pub fn is_exact(&self) -> bool {
-        self.params.is_exact()
+        self.layout().is_exact()
     }
 
     /// The quota this bucket enforces: the rate, burst and start fill it was built with. The
-    /// bucket keeps no copy of its quota (it fits in one cache line), so this is worked out from
-    /// its layout: where [`is_exact`](Self::is_exact) is false, the rate is the rounded-down
-    /// rate it enforces (the one [`tick_rate`](Self::tick_rate) gives, in nanoseconds), and a
-    /// window quota ([`Quota::within`]) comes back as the rate and burst it was split into.
+    /// bucket keeps no copy of its quota (it fits in one cache line, or half of one on the
+    /// 32-bit word), so this is worked out from its layout: where [`is_exact`](Self::is_exact)
+    /// is false, the rate is the rounded-down rate it enforces (the one
+    /// [`tick_rate`](Self::tick_rate) gives, in nanoseconds), and a window quota
+    /// ([`Quota::within`]) comes back as the rate and burst it was split into.
     ///
     /// ```
     /// use tollgate::{ManualClock, Quota, Rate, TokenBucket};
@@ -418,7 +469,7 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
     pub fn quota(&self) -> Quota {
-        self.params.quota(C::TICKS_PER_SECOND)
+        self.layout().quota(C::TICKS_PER_SECOND)
     }
 
     /// The clock this bucket reads.
@@ -426,19 +477,18 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
         &self.clock
     }
 
-    /// The bucket's word and parameters, for the CAS driver.
-    #[inline]
-    pub(crate) fn cell(&self) -> WordCell<'_, W> {
-        WordCell::new(&self.word, &self.params)
+    /// The bucket's layout, unpacked from the form its word keeps it in (on the 64-bit word, a
+    /// reference to it). Always inlined, at every opt-level: a call would return the unpacked
+    /// layout through memory, which the caller then reads back field by field.
+    #[inline(always)]
+    pub(crate) fn layout(&self) -> W::Params<'_> {
+        W::unpack(&self.params)
     }
 
+    /// The CAS driver over the bucket's word, read with `params`: its [`layout`](Self::layout).
     #[inline]
-    fn update<T, E>(
-        &self,
-        now_ticks: u64,
-        transition: impl FnMut(u64, u64) -> Result<(u64, T), E>,
-    ) -> Result<T, E> {
-        self.cell().update(now_ticks, transition)
+    pub(crate) fn cell<'a>(&'a self, params: &'a Layout) -> WordCell<'a, W> {
+        WordCell::new(&self.word, params)
     }
 }
 

@@ -94,12 +94,12 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
 
     /// The longest pause the word can hold: the debt bound, read to the clock's resolution.
     pub fn max_pause(&self) -> Duration {
-        self.params.max_pause::<C>()
+        self.layout().max_pause::<C>()
     }
 
     fn pause_ticks(&self, now: u64, ticks: u64) -> Pause {
-        let p = &self.params;
-        let outcome = self.update(now, |word, now_units| {
+        let p = self.layout();
+        let outcome = self.cell(&p).update(now, |word, now_units| {
             p.pause_step(word, now, now_units, ticks)
         });
         p.pause_answer::<C>(now, ticks, outcome)
@@ -119,11 +119,11 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
         if n == 0 {
             return Ok(Duration::ZERO);
         }
-        let cost = self.params.cost(n)?;
-        let p = &self.params;
+        let p = self.layout();
+        let cost = p.cost(n)?;
         let now = self.clock.now();
         let now_units = p.units_at(now);
-        let word = self.cell().read(now_units);
+        let word = self.cell(&p).read(now_units);
         let retry = p
             .reserve(
                 word,

@@ -45,16 +45,26 @@ impl<C: Clock + ?Sized> Clock for &C {
 pub(crate) fn ticks_to_duration_ceil<C: Clock + ?Sized>(ticks: u64) -> Duration {
     const NANOS_PER_SECOND: u64 = 1_000_000_000;
     let per_second = C::TICKS_PER_SECOND;
-    // Decided at compile time: a nanosecond clock (the TSC, `StdClock`) needs no scaling, and
-    // below 18 GHz the remainder's nanoseconds fit a `u64`, so the divisions are by constants
-    // (multiplications) rather than a 128-bit division routine.
+    // Decided at compile time: a nanosecond clock (the TSC, `StdClock`) needs no scaling. Else
+    // a tick is `num / den` nanoseconds in lowest terms, and the remainder's nanoseconds are
+    // `rem · num / den`: for most clocks `den` is 1 (12.5 or 25 MHz: 80 or 40 ns a tick) or a
+    // power of two (16 or 64 MHz, 32 768 Hz), a shift rather than a division, which on a 32-bit
+    // core would be a long division. Below 18 GHz `rem · num` fits a `u64`.
     if per_second == NANOS_PER_SECOND {
         return Duration::from_nanos(ticks);
     }
+    let (num, den) = const { nanos_per_tick(C::TICKS_PER_SECOND) };
     let secs = div(ticks, per_second);
     let rem = ticks - secs * per_second;
-    let nanos = if per_second <= u64::MAX / NANOS_PER_SECOND {
-        div_ceil(rem * NANOS_PER_SECOND, per_second) as u32
+    let nanos = if per_second <= u64::MAX / num {
+        // rem < per_second: the product fits, and is below den · 10^9.
+        let scaled = rem * num;
+        if den.is_power_of_two() {
+            let shift = den.trailing_zeros();
+            ((scaled >> shift) + (scaled & (den - 1) != 0) as u64) as u32
+        } else {
+            div_ceil(scaled, den) as u32
+        }
     } else {
         (rem as u128 * NANOS_PER_SECOND as u128).div_ceil(per_second as u128) as u32
     };
@@ -66,6 +76,16 @@ pub(crate) fn ticks_to_duration_ceil<C: Clock + ?Sized>(ticks: u64) -> Duration 
     } else {
         Duration::new(secs, nanos)
     }
+}
+
+/// A tick of a clock of `ticks_per_second` in nanoseconds, `(num, den)` in lowest terms (`(1, 1)`
+/// for a clock of no ticks, which no bucket accepts).
+const fn nanos_per_tick(ticks_per_second: u64) -> (u64, u64) {
+    if ticks_per_second == 0 {
+        return (1, 1);
+    }
+    let g = crate::rate::gcd(1_000_000_000, ticks_per_second as u128) as u64;
+    (1_000_000_000 / g, ticks_per_second / g)
 }
 
 /// The ticks of `duration`, rounded up: a pause or a sleep is never shorter than asked.
@@ -153,5 +173,39 @@ mod tests {
             ticks_to_duration_ceil::<Hz<10_000_000_000>>(3),
             Duration::from_nanos(1)
         );
+        // Against u128 arithmetic, on clocks whose tick is a whole number of nanoseconds, a
+        // power of two's share of some, or neither.
+        fn exact<const F: u64>(ticks: u64) {
+            let nanos = (ticks as u128 * 1_000_000_000).div_ceil(F as u128);
+            let expected = Duration::new(
+                (nanos / 1_000_000_000) as u64,
+                (nanos % 1_000_000_000) as u32,
+            );
+            assert_eq!(
+                ticks_to_duration_ceil::<Hz<F>>(ticks),
+                expected,
+                "{ticks} at {F} Hz"
+            );
+        }
+        for ticks in [
+            0,
+            1,
+            7,
+            999,
+            12_499_999,
+            12_500_001,
+            1 << 32,
+            (1 << 32) + 1,
+            u64::MAX / 1_000_000_000,
+        ] {
+            exact::<12_500_000>(ticks);
+            exact::<25_000_000>(ticks);
+            exact::<16_000_000>(ticks);
+            exact::<64_000_000>(ticks);
+            exact::<32_768>(ticks);
+            exact::<48_000_000>(ticks);
+            exact::<1_000_003>(ticks);
+            exact::<3_000_000_000>(ticks);
+        }
     }
 }

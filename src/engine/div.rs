@@ -26,6 +26,20 @@ pub(crate) const fn div(n: u64, d: u64) -> u64 {
     }
 }
 
+/// `n / d`, for `d > 0`, where `n` is rarely below 2^32: [`div`] without its 32-bit shortcut
+/// on a 32-bit core, whose check would cost more bytes than it saves time.
+#[inline]
+pub(crate) const fn div_wide(n: u64, d: u64) -> u64 {
+    #[cfg(target_pointer_width = "64")]
+    {
+        div(n, d)
+    }
+    #[cfg(not(target_pointer_width = "64"))]
+    {
+        long_division(n, d)
+    }
+}
+
 /// `ceil(n / d)`, for `d > 0`.
 #[inline]
 pub(crate) const fn div_ceil(n: u64, d: u64) -> u64 {
@@ -34,27 +48,25 @@ pub(crate) const fn div_ceil(n: u64, d: u64) -> u64 {
     q + (q.wrapping_mul(d) != n) as u64
 }
 
-/// `n / d` for `d > 0` on 32-bit divisions only: `udivdi3` of Hacker's Delight (9-5).
+/// `n / d` for `d > 0` on 32-bit divisions only: `udivdi3` of Hacker's Delight (9-5), in
+/// 32-bit halves (a 64-bit shift by a variable amount is a dozen instructions on a 32-bit core).
 #[cfg_attr(target_pointer_width = "64", allow(dead_code))] // tested on the host
 #[inline(never)] // one copy; without a loop the compiler still knows it returns and writes nothing
 const fn long_division(n: u64, d: u64) -> u64 {
-    let d_high = (d >> 32) as u32;
+    let (n_high, n_low) = ((n >> 32) as u32, n as u32);
+    let (d_high, d_low) = ((d >> 32) as u32, d as u32);
     if d_high == 0 {
-        let d = d as u32;
-        let n_high = (n >> 32) as u32;
-        if n_high < d {
-            return divlu(n_high, n as u32, d) as u64;
-        }
-        let q_high = div32(n_high, d);
-        let rem = n_high - q_high * d;
-        return ((q_high as u64) << 32) | divlu(rem, n as u32, d) as u64;
+        let q_high = div32(n_high, d_low);
+        let rem = n_high - q_high * d_low;
+        return ((q_high as u64) << 32) | divlu(rem, n_low, d_low) as u64;
     }
-    // Normalize the divisor to its top 32 bits; the estimate is then at most one too large.
+    // Normalize the divisor to its top 32 bits (`shift` < 32); the estimate is then at most one
+    // too large. The quotient is below 2^32, as the divisor is at least 2^32.
     let shift = d_high.leading_zeros();
-    let d_top = ((d << shift) >> 32) as u32;
-    let half = n >> 1;
-    let estimate = divlu((half >> 32) as u32, half as u32, d_top) as u64;
-    let mut q = ((estimate << shift) >> 31).saturating_sub(1);
+    let d_top = (d_high << shift) | ((d_low >> 1) >> (31 - shift));
+    // n / 2 < 2^63 and d_top >= 2^31: the high half is below the divisor, as `divlu` needs.
+    let estimate = divlu(n_high >> 1, (n_high << 31) | (n_low >> 1), d_top);
+    let mut q = (estimate >> (31 - shift)).saturating_sub(1) as u64;
     // q · d <= n here, and n - q · d < 2d.
     if n - q * d >= d {
         q += 1;
@@ -65,6 +77,7 @@ const fn long_division(n: u64, d: u64) -> u64 {
 /// `(high · 2^32 + low) / d` for `high < d` (so the quotient fits 32 bits): `divlu` of
 /// Hacker's Delight (9-3), two 16-bit digits, each estimate corrected at most twice.
 #[cfg_attr(target_pointer_width = "64", allow(dead_code))]
+#[inline(never)] // called twice by `long_division`: one copy, at every opt-level
 const fn divlu(high: u32, low: u32, d: u32) -> u32 {
     const B: u32 = 1 << 16;
     let shift = d.leading_zeros();
@@ -88,22 +101,25 @@ const fn divlu(high: u32, low: u32, d: u32) -> u32 {
     q1 * B + q0
 }
 
-/// One 16-bit digit of the quotient of `(n · 2^16 + next) / (d1 · 2^16 + d0)`.
+/// One 16-bit digit of the quotient of `(n · 2^16 + next) / (d1 · 2^16 + d0)`, for a
+/// normalized divisor (`d1 >= 2^15`) and `n` below it, in 32-bit arithmetic only: no product
+/// below can overflow (Hacker's Delight 9-3). `q · d0` is formed only while `q < 2^16`, and
+/// `rem · 2^16 + next` only while `rem < 2^16`.
 #[cfg_attr(target_pointer_width = "64", allow(dead_code))]
+#[inline(never)] // called twice by `divlu`: one copy, at every opt-level
 const fn digit(n: u32, next: u32, d1: u32, d0: u32) -> u32 {
-    const B: u64 = 1 << 16;
-    let (n, next, d1, d0) = (n as u64, next as u64, d1 as u64, d0 as u64);
-    // 32-bit divisions: n < 2^32 and d1 < 2^16.
-    let mut q = div32(n as u32, d1 as u32) as u64;
+    const B: u32 = 1 << 16;
+    // d1 >= 2^15 > 0: a 32-bit division.
+    let mut q = div32(n, d1);
     let mut rem = n - q * d1;
-    if q >= B || q * d0 > B * rem + next {
+    if q >= B || q * d0 > rem * B + next {
         q -= 1;
         rem += d1;
-        if rem < B && (q >= B || q * d0 > B * rem + next) {
+        if rem < B && (q >= B || q * d0 > rem * B + next) {
             q -= 1;
         }
     }
-    q as u32
+    q
 }
 
 /// `n / d` on the core's 32-bit division, and 0 for `d = 0` (which no caller passes): no panic

@@ -50,9 +50,12 @@
 //! into a gift of tokens.
 
 mod approx;
+mod narrow;
 mod pause;
 mod quota;
 mod transition;
+
+pub(crate) use narrow::{Narrow, Unpacked};
 
 use core::num::NonZeroU64;
 
@@ -70,12 +73,16 @@ const BURST_SHARE_BITS: u32 = 9;
 /// The 32-bit word rounds a rate down by at most one part in this many.
 const FIXED_MAX_ROUNDING: u128 = 1_000;
 
-/// A bucket's configuration in the word's units: six words and five bytes, so that a bucket on a
-/// zero-sized clock (this and its word) fits in one 64-byte cache line. Everything the solver
-/// can derive from these is a method, not a field: the burst, its units, the debt bound, the
-/// idle horizon, the masks and the never-used mark.
+/// A bucket's configuration in the word's units: six `u64`s and five bytes (56 bytes), so that a
+/// bucket on a zero-sized clock and the 64-bit word (this and its word) fits in one 64-byte cache
+/// line. A bucket on the 32-bit word stores it in 28 bytes ([`Narrow`]: `u32`s, the modulus
+/// and the width implied), so that with its word it is 32 bytes. Everything the solver can
+/// derive from these is a method, not a field: the burst, its units, the debt bound, the idle
+/// horizon, the masks and the never-used mark.
+///
+/// `pub` only so that [`Word`](crate::Word)'s hidden items can name it: its module is private.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Layout {
+pub struct Layout {
     /// `A`: units in one quantum; in fixed point, `M`: units in one tick times 2^32.
     pub units_per_quantum: NonZeroU64,
     /// `U`: units in one token.
@@ -102,6 +109,54 @@ pub(crate) struct Layout {
     pub word_bits: u8,
     /// Whether the enforced rate is the quota's rate exactly, rather than rounded down.
     pub exact: bool,
+}
+
+crate::with_atomic128! {
+    /// The layout in seven `u64`s, for a slot of atomics (`AdjustableBucket` on the 64-bit word).
+    impl Layout {
+        /// The fields, the five bytes in the last word.
+        pub(crate) fn in_words(&self) -> [u64; 7] {
+            let bytes = [
+                self.shift,
+                self.fraction_bits,
+                self.quanta_spare_bits,
+                self.word_bits,
+                u8::from(self.exact),
+                0,
+                0,
+                0,
+            ];
+            [
+                self.units_per_quantum.get(),
+                self.units_per_token.get(),
+                self.modulus,
+                self.negative_from,
+                self.ceiling_units,
+                self.start_units,
+                u64::from_le_bytes(bytes),
+            ]
+        }
+
+        /// The layout [`in_words`](Self::in_words) gave these words, or `None` where a field that
+        /// cannot be 0 is.
+        pub(crate) fn from_words(words: &[u64; 7]) -> Option<Layout> {
+            let [shift, fraction_bits, quanta_spare_bits, word_bits, exact, ..] =
+                words[6].to_le_bytes();
+            Some(Layout {
+                units_per_quantum: NonZeroU64::new(words[0])?,
+                units_per_token: NonZeroU64::new(words[1])?,
+                modulus: words[2],
+                negative_from: words[3],
+                ceiling_units: words[4],
+                start_units: words[5],
+                shift,
+                fraction_bits,
+                quanta_spare_bits,
+                word_bits,
+                exact: exact != 0,
+            })
+        }
+    }
 }
 
 /// What the layout derives from its fields, off the grant path.
@@ -752,6 +807,30 @@ mod tests {
             let p = solve(Quota::new(rate), NS, 64).unwrap();
             assert!(p.horizon_ticks() >= century_ns, "{rate}");
             assert_eq!(p.resolution_ticks(), quantum, "{rate}");
+        }
+    }
+
+    #[test]
+    fn every_modulus_is_even_so_the_mark_plus_one_never_wraps() {
+        // `Layout::keep` stores the never-used mark plus one without reducing it.
+        let rates = [
+            Rate::per_second(2),
+            Rate::per_minute(171),
+            Rate::per_second(549_637),
+            Rate::per_day(1),
+            Rate::per_second(1_000_000_000),
+            Rate::new(3, Duration::from_millis(700)),
+        ];
+        for rate in rates {
+            for hz in [32_768, 1_000_000, NS, 3_000_000_000] {
+                for bits in [32, 64] {
+                    if let Ok(p) = solve(Quota::new(rate).burst(7), hz, bits) {
+                        assert_eq!(p.modulus % 2, 0, "{rate} on {hz} Hz, {bits} bits");
+                        let mark = p.unused();
+                        assert!(p.modulus == 0 || mark >= p.modulus || mark + 1 < p.modulus);
+                    }
+                }
+            }
         }
     }
 

@@ -3,6 +3,7 @@
 crate::with_word64! {
     use crate::engine::sync::AtomicU64;
 }
+use crate::engine::layout::{Layout, Narrow, Unpacked};
 use crate::engine::sync::{AtomicU32, Ordering};
 
 /// The word a bucket keeps its state in: `u64` where the target has native 64-bit atomics,
@@ -37,6 +38,22 @@ pub trait Word: sealed::Sealed + Copy + 'static {
     /// spuriously; callers loop.
     #[doc(hidden)]
     fn compare_exchange(cell: &Self::Atomic, current: u64, new: u64) -> Result<(), u64>;
+    /// A bucket's layout as a bucket on this word keeps it: the layout itself on the 64-bit
+    /// word, 28 bytes of `u32`s on the 32-bit word.
+    #[doc(hidden)]
+    type Stored: Copy + Send + Sync + core::fmt::Debug + 'static;
+    /// A stored layout, ready to read: a reference to it on the 64-bit word (its code is what
+    /// it was before the 32-bit word had a form of its own), a copy unpacked on the stack on
+    /// the 32-bit word, whose fields the optimizer reads from the stored ones.
+    #[doc(hidden)]
+    type Params<'a>: core::ops::Deref<Target = Layout> + Copy;
+    /// The stored form of `params`, a layout the solver made for this word; `None` if it does
+    /// not fit it (which the solver never makes).
+    #[doc(hidden)]
+    fn pack(params: &Layout) -> Option<Self::Stored>;
+    /// The layout `stored` holds.
+    #[doc(hidden)]
+    fn unpack(stored: &Self::Stored) -> Self::Params<'_>;
 }
 
 crate::with_atomic64! {
@@ -64,6 +81,24 @@ crate::with_atomic64! {
             new: (u32, u64),
             publish: bool,
         ) -> Result<(), (u32, u64)>;
+        /// The stored layout in `u64`s: four on the 32-bit word, seven on the 64-bit word.
+        #[doc(hidden)]
+        type Words: AsRef<[u64]> + AsMut<[u64]> + Copy;
+        /// Atomics holding as many `u64`s, for a quota's slot.
+        #[doc(hidden)]
+        type Fields: AsRef<[AtomicU64]> + Send + Sync + core::fmt::Debug;
+        /// Fields holding zeros.
+        #[doc(hidden)]
+        fn fields() -> Self::Fields;
+        /// `stored` in words.
+        #[doc(hidden)]
+        fn to_words(stored: &Self::Stored) -> Self::Words;
+        /// Words of zeros, to load fields into.
+        #[doc(hidden)]
+        fn words() -> Self::Words;
+        /// The stored layout `to_words` gave these words, or `None` for words it gives for none.
+        #[doc(hidden)]
+        fn from_words(words: &Self::Words) -> Option<Self::Stored>;
     }
 
 
@@ -78,6 +113,20 @@ crate::with_atomic64! {
 
     impl AdjustableWord for u32 {
         type Tagged = AtomicU64;
+        type Words = [u64; 4];
+        type Fields = [AtomicU64; 4];
+        fn fields() -> [AtomicU64; 4] {
+            core::array::from_fn(|_| AtomicU64::new(0))
+        }
+        fn to_words(stored: &Narrow) -> [u64; 4] {
+            stored.in_words()
+        }
+        fn words() -> [u64; 4] {
+            [0; 4]
+        }
+        fn from_words(words: &[u64; 4]) -> Option<Narrow> {
+            Narrow::from_words(words)
+        }
         fn tagged(generation: u32, word: u64) -> AtomicU64 {
             AtomicU64::new(u64::from(generation) << 32 | word)
         }
@@ -122,7 +171,8 @@ crate::with_atomic64_only! {
 crate::with_atomic128! {
     mod wide {
         use super::{success_ordering, AdjustableWord, DefaultWord};
-        use crate::engine::sync::{AtomicU128, Ordering};
+        use crate::engine::layout::Layout;
+        use crate::engine::sync::{AtomicU128, AtomicU64, Ordering};
 
         /// The word an [`AdjustableBucket`](crate::AdjustableBucket) uses unless told otherwise:
         /// the [`DefaultWord`], beside its generation in a lock-free 128-bit atomic.
@@ -130,6 +180,20 @@ crate::with_atomic128! {
 
         impl AdjustableWord for u64 {
             type Tagged = AtomicU128;
+            type Words = [u64; 7];
+            type Fields = [AtomicU64; 7];
+            fn fields() -> [AtomicU64; 7] {
+                core::array::from_fn(|_| AtomicU64::new(0))
+            }
+            fn to_words(stored: &Layout) -> [u64; 7] {
+                stored.in_words()
+            }
+            fn words() -> [u64; 7] {
+                [0; 7]
+            }
+            fn from_words(words: &[u64; 7]) -> Option<Layout> {
+                Layout::from_words(words)
+            }
             fn tagged(generation: u32, word: u64) -> AtomicU128 {
                 AtomicU128::new(join(generation, word))
             }
@@ -220,6 +284,15 @@ pub(crate) const fn unused_mark(bits: u32) -> u64 {
 impl Word for u32 {
     type Atomic = AtomicU32;
     const BITS: u32 = 32;
+    type Stored = Narrow;
+    type Params<'a> = Unpacked;
+    fn pack(params: &Layout) -> Option<Narrow> {
+        Narrow::pack(params)
+    }
+    #[inline(always)]
+    fn unpack(stored: &Narrow) -> Unpacked {
+        stored.unpack()
+    }
     #[cfg(not(loom))]
     const UNUSED: AtomicU32 = AtomicU32::new(unused_mark(32) as u32);
     fn cell(value: u64) -> AtomicU32 {
@@ -248,6 +321,15 @@ crate::with_word64! {
     impl Word for u64 {
         type Atomic = AtomicU64;
         const BITS: u32 = 64;
+        type Stored = Layout;
+        type Params<'a> = &'a Layout;
+        fn pack(params: &Layout) -> Option<Layout> {
+            (params.word_bits == 64).then_some(*params)
+        }
+        #[inline(always)]
+        fn unpack(stored: &Layout) -> &Layout {
+            stored
+        }
         #[cfg(not(loom))]
         const UNUSED: AtomicU64 = AtomicU64::new(unused_mark(64));
         fn cell(value: u64) -> AtomicU64 {

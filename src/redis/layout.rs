@@ -62,12 +62,12 @@ impl Layout {
         // unit systems); where the local bucket cannot hold the quota, the cap alone.
         let local = TokenBucket::try_new(*quota, StdClock).ok();
         let local_debt = local.as_ref().map(|local| {
-            let params = local.cell().params;
+            let params = local.layout();
             params.max_debt_units() as u128 * per_token / params.units_per_token.get() as u128
         });
         // The part of a token above the burst that the local bucket keeps, in these units.
         let above = local.as_ref().map_or(0, |local| {
-            let params = local.cell().params;
+            let params = local.layout();
             (params.ceiling_units - params.burst_units()) as u128 * per_token
                 / params.units_per_token.get() as u128
         });

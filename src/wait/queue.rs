@@ -676,16 +676,15 @@ fn key_of<B>(bucket: &B) -> usize {
 impl<C: Clock, W: Word> Lined for TokenBucket<C, W> {
     type Clock = C;
     fn units_for(&self, n: u32) -> Result<u64, Denied> {
-        self.cell().params.cost(n)
+        self.layout().cost(n)
     }
     fn now_ticks(&self) -> u64 {
         self.clock().now()
     }
     fn ticks_until_holding(&self, now_ticks: u64, units: u64) -> u64 {
-        let cell = self.cell();
-        let p = cell.params;
+        let p = self.layout();
         let now_units = p.units_at(now_ticks);
-        let word = cell.read(now_units);
+        let word = self.cell(&p).read(now_units);
         // Within the range `take` reads: beyond the debt bound a wait is decades anyway.
         let units = units.min(p.max_debt_units());
         match p.take(word, now_units, units, 0) {
@@ -694,7 +693,7 @@ impl<C: Clock, W: Word> Lined for TokenBucket<C, W> {
         }
     }
     fn slack_ticks(&self, now_ticks: u64, units: u64) -> u64 {
-        let p = self.cell().params;
+        let p = self.layout();
         p.ticks_until(now_ticks, p.burst_units().saturating_sub(units))
     }
 }

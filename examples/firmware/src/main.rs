@@ -37,7 +37,7 @@ static TABLE: TokenBucket<SysTickClock> =
 /// exactly as `TABLE` does, and hold a century of idle time.
 #[cfg(board = "lm3s6965evb")]
 static WIDE: TokenBucket<SysTickClock, u64> =
-    TokenBucket::new_with_word(Quota::new(Rate::per_second(2)).burst(5), SysTickClock);
+    TokenBucket::<_, u64>::new_with_word(Quota::new(Rate::per_second(2)).burst(5), SysTickClock);
 
 /// Paced blocking waits: 10 a second, one at a time, from empty.
 static PACED: TokenBucket<SysTickClock> = TokenBucket::new(
@@ -176,8 +176,19 @@ fn timer_rate() -> bool {
 
 /// The design's table: twelve requests 0.2 s apart at rate 2/s, burst 5. Each request is made
 /// right after the SysTick interrupt that ends its 200 ms, so the requests are exactly 0.2 s
-/// apart in timer ticks.
+/// apart in timer ticks (see `request`).
 fn twelve_requests<W: Word>(table: &TokenBucket<SysTickClock, W>) -> bool {
+    /// The instant and the answer of one request. One function for all twelve, so that the
+    /// bucket reads its clock the same number of instructions after the interrupt each time
+    /// (under qemu's `-icount`, time is instructions): inlined into the loop, the compiler may
+    /// peel the first request off it and schedule it differently, and the eleventh request, due
+    /// exactly 2 s after the first, would then read a few ticks short of its token.
+    #[inline(never)]
+    fn request<W: Word>(table: &TokenBucket<SysTickClock, W>) -> (u64, Result<(), Denied>) {
+        let at = SysTickClock.now();
+        (at, table.try_acquire(1))
+    }
+
     const EXPECTED: [bool; 12] = [
         true, true, true, true, true, true, true, false, true, false, true, false,
     ];
@@ -192,8 +203,7 @@ fn twelve_requests<W: Word>(table: &TokenBucket<SysTickClock, W>) -> bool {
     let mut matched = 0;
     for (i, &expected) in EXPECTED.iter().enumerate() {
         systick::sleep_until_interrupt(first + 200 * i as u64);
-        let at = SysTickClock.now();
-        let result = table.try_acquire(1);
+        let (at, result) = request(table);
         let since = at - *start.get_or_insert(at);
         let n = i + 1;
         match result {

@@ -1,5 +1,5 @@
 //! The quota a layout enforces, worked out from the layout: a bucket keeps no copy of the quota
-//! it was built from, so that it fits in one cache line.
+//! it was built from, so that it fits in one cache line (half of one on the 32-bit word).
 
 use core::time::Duration;
 

@@ -9,7 +9,7 @@
 //! construction: the burst and the debt bound each fit in a quarter of the word.
 
 use crate::clock::{ticks_to_duration_ceil, Clock};
-use crate::engine::div::{div, div_ceil};
+use crate::engine::div::{div, div_wide};
 use crate::engine::layout::Layout;
 use crate::engine::word::Word;
 use crate::Denied;
@@ -19,6 +19,11 @@ use crate::Denied;
 crate::cfg_atomic64! { not, cfg_attr(not(any(feature = "std", feature = "heapless")), allow(dead_code));
     mod convert;
 }
+
+/// Whether `Layout::ticks_until` divides the 32-bit word's quanta in 32 bits: on a 32-bit core,
+/// where that is smaller than a 64-bit shift by a variable amount, and in this crate's unit
+/// tests, so that the host runs that path too (`the_32_bit_words_wait_in_quanta_is_the_least`).
+const NARROW_DIVISION: bool = cfg!(any(test, not(target_pointer_width = "64")));
 
 impl Layout {
     /// The clock reading in units, read to the quantum (or in fixed point).
@@ -196,12 +201,22 @@ impl Layout {
                 return u64::MAX;
             }
             let behind = u64::from(now_ticks.wrapping_mul(a) as u32);
-            return div_ceil((units << 32) - behind, a);
+            // Rounded up as floor((x - 1) / M) + 1, x > 0 (units >= 1, behind < 2^32): one
+            // division and no product to check it by.
+            return div_wide((units << 32) - behind - 1, a) + 1;
         }
         // Most layouts take a power of two of units a quantum (one, for rates that divide the
-        // clock's frequency): a shift, not a division, on the denial path.
-        let quanta = if a.is_power_of_two() {
+        // clock's frequency): on a 64-bit host a shift, not a division, on the denial path.
+        let quanta = if !NARROW_DIVISION && a.is_power_of_two() {
             ((units - 1) >> a.trailing_zeros()) + 1
+        } else if NARROW_DIVISION && self.word_bits == 32 {
+            // On a 32-bit core, the 32-bit word: `A` is below 2^32, and so is any wait's units
+            // (the ring holds 2^32; beyond it, saturating as in fixed point), so one 32-bit
+            // division, smaller there than the shift by a variable amount of a 64-bit number.
+            if units > u64::from(u32::MAX) {
+                return u64::MAX;
+            }
+            u64::from(((units - 1) as u32).checked_div(a as u32).unwrap_or(0)) + 1
         } else {
             div(units - 1, a) + 1
         };
@@ -222,14 +237,13 @@ impl Layout {
         }
     }
 
-    /// [`cost`](Self::cost) on the word `W`: on the 32-bit word the burst of a denial is worked
-    /// out with a 32-bit division, so `try_acquire` links no 64-bit one.
+    /// The cost of `n` tokens in units, or `None` above the burst: [`cost`](Self::cost) for a
+    /// caller that words the denial itself, off its hot path.
     #[inline]
-    pub(crate) fn cost_on<W: Word>(&self, n: u32) -> Result<u64, Denied> {
+    pub(crate) fn cost_within(&self, n: u32) -> Option<u64> {
         match u64::from(n).checked_mul(self.units_per_token.get()) {
-            Some(cost) if cost <= self.ceiling_units => Ok(cost),
-            _ if W::BITS == 32 => Err(self.exceeds_narrow_capacity()),
-            _ => Err(self.exceeds_capacity()),
+            Some(cost) if cost <= self.ceiling_units => Some(cost),
+            _ => None,
         }
     }
 
@@ -241,13 +255,16 @@ impl Layout {
         }
     }
 
-    /// [`exceeds_capacity`](Self::exceeds_capacity) on the 32-bit word, whose burst in units
-    /// and units per token are below 2^32.
-    #[cold]
-    fn exceeds_narrow_capacity(&self) -> Denied {
-        let (units, per_token) = (self.burst_units() as u32, self.units_per_token.get() as u32);
-        Denied::ExceedsCapacity {
-            burst: u64::from(units.checked_div(per_token).unwrap_or(0)),
+    /// The burst in tokens, on the word `W`: on the 32-bit word, whose burst in units and units
+    /// per token are below 2^32, with a 32-bit division, so that `try_acquire` links no 64-bit
+    /// one.
+    #[inline]
+    pub(crate) fn burst_on<W: Word>(&self) -> u64 {
+        if W::BITS == 32 {
+            let (units, per_token) = (self.burst_units() as u32, self.units_per_token.get() as u32);
+            u64::from(units.checked_div(per_token).unwrap_or(0))
+        } else {
+            self.burst()
         }
     }
 
@@ -306,10 +323,13 @@ impl Layout {
     }
 
     /// Never stores the never-used mark: one unit later instead, which grants nothing extra.
+    /// That is the mark plus one, without a wrap to check: a word equal to the mark is below
+    /// the modulus, and every modulus is even (2^32, 2^64, or `A · 2^k` with `k >= 1`), while
+    /// the mark is even too, so one more is still below it.
     #[inline]
     fn keep(&self, word: u64) -> u64 {
         if word == self.unused() {
-            self.add(word, 1)
+            word + 1
         } else {
             word
         }
