@@ -207,7 +207,7 @@ impl<C: Clock, W: AdjustableWord> AdjustableBucket<C, W> {
         }
         let now = self.clock.now();
         self.update(
-            |p, word, now_units| p.take_now::<C>(word, now, now_units, p.cost(n)?),
+            |p, word, now_units| p.take_now::<C, W>(word, now, now_units, p.cost(n)?),
             now,
         )
     }

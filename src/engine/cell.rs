@@ -24,7 +24,8 @@ impl<'a, W: Word> WordCell<'a, W> {
         cost: u64,
     ) -> Result<(), Denied> {
         self.update(now_ticks, |word, now_units| {
-            self.params.take_now::<C>(word, now_ticks, now_units, cost)
+            self.params
+                .take_now::<C, W>(word, now_ticks, now_units, cost)
         })
     }
 

@@ -50,7 +50,7 @@ impl<C: Clock, W: AdjustableWord> ReserveNow for AdjustableBucket<C, W> {
         self.update(
             |p, word, now_units| {
                 let cost_units = p.cost(n)?;
-                let (due_units, ()) = p.take_now::<C>(word, now, now_units, cost_units)?;
+                let (due_units, ()) = p.take_now::<C, W>(word, now, now_units, cost_units)?;
                 let take = AdjustableTake {
                     params: *p,
                     due_units,

@@ -76,14 +76,14 @@ impl Layout {
     /// Takes `cost` units at `now_ticks` (`now_units` in units) without debt, or says how long
     /// until it could: the whole of `try_acquire`, for every bucket kind.
     #[inline]
-    pub(crate) fn take_now<C: Clock + ?Sized>(
+    pub(crate) fn take_now<C: Clock + ?Sized, W: Word>(
         &self,
         word: u64,
         now_ticks: u64,
         now_units: u64,
         cost: u64,
     ) -> Result<(u64, ()), Denied> {
-        match self.take_whole(word, now_units, cost) {
+        match self.take_whole::<W>(word, now_units, cost) {
             Ok(word) => Ok((word, ())),
             Err(short) => Err(Denied::Insufficient {
                 retry_after: ticks_to_duration_ceil::<C>(self.ticks_until(now_ticks, short)),
@@ -99,7 +99,12 @@ impl Layout {
     /// denial then costs a subtraction and a comparison past the word's load, and a grant one
     /// minimum and a subtraction more.
     #[inline]
-    pub(crate) fn take_whole(&self, word: u64, now_units: u64, cost: u64) -> Result<u64, u64> {
+    pub(crate) fn take_whole<W: Word>(
+        &self,
+        word: u64,
+        now_units: u64,
+        cost: u64,
+    ) -> Result<u64, u64> {
         debug_assert!(cost <= self.ceiling_units && self.ceiling_units < self.negative_from);
         let d = self.sub(now_units, word);
         if d.wrapping_sub(cost) >= self.negative_from - cost {
@@ -109,7 +114,10 @@ impl Layout {
         }
         // The level is `d`, or the ceiling for a bucket full since before now.
         let level = d.min(self.ceiling_units);
-        Ok(self.keep(self.sub(now_units, level - cost)))
+        let new = self.sub(now_units, level - cost);
+        // `keep` with the word's mark a constant, not chosen at run time.
+        const { assert!(W::BITS == 32 || W::BITS == 64) };
+        Ok(new + u64::from(new == crate::engine::word::unused_mark(W::BITS)))
     }
 
     /// Reserves `cost` units at `now_ticks` (`now_units` in units) if they fall due within
