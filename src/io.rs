@@ -121,8 +121,10 @@ where
     }
 
     /// Pays for at most `bytes` at a time, from one byte to the whole burst: smaller chunks
-    /// pace more smoothly, at the cost of more turns in the line; a chunk of the whole burst
-    /// loses to the cap whatever accrues while a late wait sleeps past its turn.
+    /// pace more smoothly, at the cost of more turns in the line. A chunk of the whole burst
+    /// has no room for lateness: its wait takes the bytes up to a millisecond before they fall
+    /// due (so tokio's late timer costs it nothing), but a task that runs later than that loses
+    /// to the cap what accrues meanwhile.
     pub fn with_chunk(mut self, bytes: u32) -> Self {
         self.chunk = bytes.clamp(1, largest_chunk(&self.bucket));
         self
@@ -215,7 +217,7 @@ fn take_now<C: Clock, W: Word>(bucket: &TokenBucket<C, W>, want: u32, cx: &Conte
     // A zero timeout never sleeps in line: it is served now or gives up (and leaves the line
     // when dropped, if it had joined one whose head was due).
     matches!(
-        waiter.step(cx.waker(), || bucket.try_acquire(want)),
+        waiter.step(cx.waker(), |_ahead| bucket.try_acquire(want)),
         Step::Done(Ok(_))
     )
 }

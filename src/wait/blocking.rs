@@ -30,7 +30,8 @@ fn wait_blocking<B: Lined, const N: usize, T>(
 ) -> Result<(T, Duration), Denied> {
     let waker = Waker::from(Arc::new(Unpark(thread::current())));
     loop {
-        let look = match waiter.step(&waker, &mut take) {
+        // Never early (no driver timer here wakes late): every take is at its instant.
+        let look = match waiter.step(&waker, |_ahead| take()) {
             Step::Done(done) => return done,
             Step::Sleep(None) => {
                 thread::park();
@@ -41,7 +42,7 @@ fn wait_blocking<B: Lined, const N: usize, T>(
         // On a fresh reading: a thread scheduled late sleeps only what is left. The park
         // timeout is precise to microseconds, so no early wake-up is needed.
         match plan(look, waiter.now(), 0) {
-            Plan::Again | Plan::Yield => {}
+            Plan::Again => {}
             Plan::Sleep(ticks) => thread::park_timeout(ticks_to_duration_ceil::<B::Clock>(ticks)),
         }
     }

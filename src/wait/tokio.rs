@@ -8,15 +8,60 @@ use std::boxed::Box;
 
 use ::tokio::time::{sleep_until, Instant, Sleep};
 
+use super::precise::{self, PreciseSleep};
 use super::queue::{line_up_one, plan, Lined, Plan, Step, Waiter};
 use super::{jitter_after, CancelOnDrop, ReserveNow};
 use crate::clock::ticks_to_duration_ceil;
 use crate::{Clock, Denied, Jitter, TokenBucket, Word};
 
 /// How late tokio's timer may wake, in `C`'s ticks: its wheel counts whole milliseconds and
-/// rounds a deadline up to the next.
+/// rounds a deadline up to the next. This is also how far ahead of its tokens' instant the head
+/// of a line takes them when the burst cannot hold that lateness ([`Waiter::early`]).
 fn timer_granularity<C: Clock>() -> u64 {
     C::TICKS_PER_SECOND.div_ceil(1_000)
+}
+
+/// The last stretch of a wait that sleeps on the precise timer rather than tokio's, in `C`'s
+/// ticks: two of tokio's milliseconds, one for the wheel's rounding of the deadline and one for
+/// the driver's, which parks in whole milliseconds too.
+fn precise_span<C: Clock>() -> u64 {
+    2 * timer_granularity::<C>()
+}
+
+/// Whether tokio's clock is paused: it stands still while `std`'s moves. Read across a move of
+/// `std`'s clock (nanoseconds), as [`TokioClock::new`](crate::TokioClock::new) does.
+fn time_is_paused() -> bool {
+    let first = Instant::now();
+    let std_first = std::time::Instant::now();
+    while std::time::Instant::now() == std_first {
+        core::hint::spin_loop();
+    }
+    Instant::now() == first
+}
+
+/// Whether a wait whose head takes `early_ticks` ahead sleeps its last stretch on the precise
+/// timer: only where it takes ahead (the burst cannot hold tokio's lateness), only in real time
+/// (paused time moves with tokio's timers alone), and only if the timer's thread runs.
+fn use_precise(early_ticks: u64) -> bool {
+    early_ticks > 0 && !time_is_paused() && precise::available()
+}
+
+/// Sleeps `duration` of real time, on the precise timer if `precise` and tokio's otherwise.
+pub(crate) async fn sleep_for(duration: Duration, precise: bool) {
+    if duration.is_zero() {
+        return;
+    }
+    if precise {
+        PreciseSleep::new(std::time::Instant::now() + duration).await;
+    } else {
+        ::tokio::time::sleep(duration).await;
+    }
+}
+
+/// Where a wait sleeps: tokio's timer for all but its last stretch, the precise one for that.
+enum Timer {
+    Tokio(Pin<Box<Sleep>>),
+    Precise(PreciseSleep),
 }
 
 /// Runs `waiter` as a task until it is served or gives up: one tokio timer for its turn, and
@@ -25,78 +70,91 @@ fn timer_granularity<C: Clock>() -> u64 {
 ///
 /// Every instant is absolute on the bucket's clock and checked against a fresh reading before
 /// sleeping: a task polled late sleeps only what is left, and not at all when its look is due.
-/// Where the burst cannot hold a late wake-up's time (a burst of one at 1 000/s), the timer is
-/// set a millisecond (its granularity) ahead of a due take, and the head yields away the last
-/// stretch instead of oversleeping it, so that the wait still gets the rate.
+/// Where the burst cannot hold a late wake-up's time (a burst of one at 1 000/s), the head
+/// takes through `take(ahead)` up to a millisecond (the timer's granularity) before its tokens'
+/// instant, so that its take is never late, and the caller then sleeps the rest holding them
+/// (see [`acquire_async`]); the last two milliseconds of each sleep are slept on the precise
+/// timer, so that a caller coming back for its next token is not late for it either. Elsewhere
+/// `ahead` is zero and every sleep is tokio's.
+///
+/// Returns what `take` took, the time waited until then, and whether the wait's sleeps are
+/// precise (for the caller's sleep to the instant).
 pub(crate) async fn wait_async<B: Lined, const N: usize, T>(
     waiter: Waiter<'_, B, N>,
-    mut take: impl FnMut() -> Result<T, Denied>,
-) -> Result<(T, Duration), Denied> {
+    mut take: impl FnMut(Duration) -> Result<T, Denied>,
+) -> Result<(T, Duration, bool), Denied> {
     let mut waiter = waiter.early(timer_granularity::<B::Clock>());
-    let mut early = waiter.early_ticks();
-    let mut timer: Option<Pin<Box<Sleep>>> = None;
-    // A head yielding to its due take: the instant it is due, and the reading it yielded at.
-    let mut yield_until: Option<(u64, u64)> = None;
+    let early = waiter.early_ticks();
+    let precise = use_precise(early);
+    let span = if precise {
+        precise_span::<B::Clock>()
+    } else {
+        0
+    };
+    let mut timer: Option<Timer> = None;
     poll_fn(move |cx| loop {
-        if let Some((at, yielded_at)) = yield_until.take() {
-            let now = waiter.now();
-            if now == yielded_at {
-                // The clock stood still across a yield: paused time (which moves only once
-                // every task sleeps) or a coarse clock. Yielding would spin: sleep instead.
-                early = 0;
-            } else if (at.wrapping_sub(now) as i64) > 0 {
-                yield_until = Some((at, now));
-                cx.waker().wake_by_ref();
-                return Poll::Pending;
-            }
-        }
         let look = match waiter.step(cx.waker(), &mut take) {
-            Step::Done(done) => return Poll::Ready(done),
+            Step::Done(done) => {
+                return Poll::Ready(done.map(|(taken, waited)| (taken, waited, precise)))
+            }
             Step::Sleep(None) => return Poll::Pending,
             Step::Sleep(Some(look)) => look,
         };
         let ticks = match plan(look, waiter.now(), early) {
             Plan::Again => continue,
-            Plan::Yield => {
-                yield_until = Some((look.at(), waiter.now()));
-                cx.waker().wake_by_ref();
-                return Poll::Pending;
-            }
             Plan::Sleep(ticks) => ticks,
         };
-        // A wait beyond what `Instant` holds (decades of debt on a far-off clock) sleeps a
-        // year at a time, rather than overflowing.
+        if ticks <= span {
+            let at = std::time::Instant::now() + ticks_to_duration_ceil::<B::Clock>(ticks);
+            if !matches!(timer, Some(Timer::Precise(_))) {
+                timer = Some(Timer::Precise(PreciseSleep::new(at)));
+            }
+            if let Some(Timer::Precise(sleep)) = &mut timer {
+                sleep.reset(at);
+                if Pin::new(sleep).poll(cx).is_pending() {
+                    return Poll::Pending;
+                }
+            }
+            continue;
+        }
+        // tokio's timer for all but the last stretch. A wait beyond what `Instant` holds
+        // (decades of debt on a far-off clock) sleeps a year at a time, rather than
+        // overflowing.
         let now = Instant::now();
         let at = now
-            .checked_add(ticks_to_duration_ceil::<B::Clock>(ticks))
+            .checked_add(ticks_to_duration_ceil::<B::Clock>(ticks - span))
             .unwrap_or_else(|| now + Duration::from_secs(365 * 86_400));
-        let timer = match &mut timer {
-            Some(timer) => {
-                if timer.deadline() != at {
-                    timer.as_mut().reset(at);
-                }
-                timer
+        if !matches!(timer, Some(Timer::Tokio(_))) {
+            timer = Some(Timer::Tokio(Box::pin(sleep_until(at))));
+        }
+        if let Some(Timer::Tokio(sleep)) = &mut timer {
+            if sleep.deadline() != at {
+                sleep.as_mut().reset(at);
             }
-            none => none.insert(Box::pin(sleep_until(at))),
-        };
-        if timer.as_mut().poll(cx).is_pending() {
-            return Poll::Pending;
+            if sleep.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
         }
     })
     .await
 }
 
-/// Waits in line for `cost` from `gate`, then sleeps `jitter` holding the take: every async
-/// wait. Cancel-safe: dropped in line it has taken nothing; dropped during its jitter it gives
-/// the take back. Returns the time waited, the jitter included.
+/// Waits in line for `cost` from `gate`, then sleeps holding the take until its tokens'
+/// instant (a take ahead of it, see [`wait_async`]) and then `jitter`: every async wait.
+/// Cancel-safe: dropped in line it has taken nothing; dropped while it holds the take it gives
+/// it back by the refund rule. Returns the time waited: to the tokens' instant, the jitter
+/// included, not what tokio's timer adds.
 pub(crate) async fn acquire_async<G: ReserveNow, B: Lined, const N: usize>(
     gate: &G,
     waiter: Waiter<'_, B, N>,
     cost: G::Cost,
     jitter: &Jitter,
 ) -> Result<Duration, Denied> {
-    let (taken, waited) = wait_async(waiter, || gate.reserve_now(cost)).await?;
+    let ((taken, due_in), waited, precise) =
+        wait_async(waiter, |ahead| gate.reserve_ahead(cost, ahead)).await?;
     let guard = CancelOnDrop::new(gate, taken);
+    let waited = waited + due_in;
+    sleep_for(due_in, precise).await;
     let jitter = jitter_after(jitter, waited);
     if !jitter.is_zero() {
         ::tokio::time::sleep(jitter).await;
@@ -126,15 +184,19 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
     /// Tasks wait in line, in the order they first polled, and only the one at the head takes
     /// its tokens, when they fall due: each sleeps on one tokio timer until its estimated turn
     /// and, unless someone ahead gave up, is woken once, with no re-check. (Where the burst
-    /// cannot hold the time tokio's millisecond timer may wake late, the head wakes a
-    /// millisecond early and yields the rest instead: it gets the rate, for some CPU.) A task
-    /// arriving with nobody waiting takes at once when it can, without a lock or a timer. `n` above the burst fails at once with
-    /// [`Denied::ExceedsCapacity`]; `n = 0` completes at once.
+    /// cannot hold the time tokio's millisecond timer may wake late, the head takes its tokens
+    /// up to a millisecond ahead of their instant and sleeps the rest holding them: a late
+    /// timer delays the task, never the bucket's schedule, so the wait gets the rate.) A task
+    /// arriving with nobody waiting takes at once when it can, without a lock or a timer. `n`
+    /// above the burst fails at once with [`Denied::ExceedsCapacity`]; `n = 0` completes at
+    /// once.
     ///
     /// **Cancel-safe, and giving up costs nothing.** Nothing is taken before the tokens are
-    /// due, so a future dropped mid-wait (`tokio::time::timeout`, `select!`, an aborted task)
-    /// leaves the bucket as if it had never queued, whatever waits behind it: the next in line
-    /// moves up. Use [`TokioClock`](crate::TokioClock) so that the bucket and the timer read the same clock (any
+    /// due (or, for a burst too small for the timer, in their last millisecond), so a future
+    /// dropped mid-wait (`tokio::time::timeout`, `select!`, an aborted task) leaves the bucket
+    /// as if it had never queued, whatever waits behind it: the next in line moves up. One
+    /// dropped in the last millisecond, holding its tokens, gives them back, unless a waiter
+    /// behind has already counted on them. Use [`TokioClock`](crate::TokioClock) so that the bucket and the timer read the same clock (any
     /// [`Clock`] works outside paused time).
     ///
     /// ```
