@@ -104,7 +104,7 @@ where
     /// Paces `inner` by `bucket`, one token a byte, in chunks of half the burst (at least one
     /// byte, at most `u32::MAX`).
     ///
-    /// Half, so that a wait that wakes late — timers fire up to a millisecond after their
+    /// Half, so that a wait that wakes late — tokio's timer fires up to two milliseconds after its
     /// instant, and a task may run later still — loses nothing: what accrues meanwhile fits in
     /// the other half instead of spilling over the burst. A stream paced at `rate` then keeps
     /// its rate as long as it wakes within `burst / 2 / rate` of its turn.
@@ -122,7 +122,7 @@ where
 
     /// Pays for at most `bytes` at a time, from one byte to the whole burst: smaller chunks
     /// pace more smoothly, at the cost of more turns in the line. A chunk of the whole burst
-    /// has no room for lateness: its wait takes the bytes up to a millisecond before they fall
+    /// has no room for lateness: its wait takes the bytes up to two milliseconds before they fall
     /// due (so tokio's late timer costs it nothing), but a task that runs later than that loses
     /// to the cap what accrues meanwhile.
     pub fn with_chunk(mut self, bytes: u32) -> Self {

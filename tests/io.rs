@@ -151,8 +151,8 @@ async fn waits_that_wake_late_lose_nothing_in_chunks_of_half_the_burst() {
         .burst(64 * 1024)
         .start_empty();
     // (chunk, time to write 300 000 bytes): chunks of the whole burst, which has no room for a
-    // late wake-up, take their bytes in the millisecond before they fall due and sleep the
-    // rest holding them, so they lose nothing to the cap either.
+    // late wake-up, take their bytes up to two milliseconds before they fall due and sleep
+    // the rest holding them, so they lose nothing to the cap either.
     for (chunk, expected_ms) in [(32 * 1024, 300), (64 * 1024, 300)] {
         let start = Instant::now();
         let mut out = Throttled::new(Recorder::new(usize::MAX, false), bucket(quota));

@@ -80,8 +80,8 @@ impl<S, C, W: Word> Layer<S> for BackpressureLayer<C, W> {
 /// [`TokenBucket::acquire_timeout`] does.
 ///
 /// Waiters are served in the order they joined the line and each wakes once. The token is
-/// taken only when it is due (for a burst too small for tokio's millisecond timer, in its last
-/// millisecond, and held until its instant), and only while the inner service is ready: a service whose inner
+/// taken only when it is due (for a burst too small for tokio's timer, up to two milliseconds
+/// before, and held until its instant), and only while the inner service is ready: a service whose inner
 /// service is not ready, or fails, leaves the line and holds no token. A token taken and not
 /// spent by `call` goes back to the bucket when the service is dropped (as tower's balancers and
 /// a shutting-down buffer do), less only what the burst cap would have cut since. A clone

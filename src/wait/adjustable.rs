@@ -150,7 +150,7 @@ impl<C: Clock, W: AdjustableWord> AdjustableBucket<C, W> {
     /// # }
     /// ```
     pub async fn acquire(&self, n: u32) -> Result<Duration, Denied> {
-        self.acquire_timeout(n, Duration::MAX).await
+        super::tokio::acquire_one_async(self, n, Duration::MAX).await
     }
 
     /// As [`acquire`](Self::acquire), if the tokens accrue within `timeout`; otherwise fails,

@@ -291,6 +291,7 @@ pub(crate) fn at_once<B: Lined, const N: usize>(
 /// The start of one bucket's wait for `n` tokens, shared by the blocking and the async one:
 /// `None` when it is over already (`n = 0`, or taken at once with nobody in line), else the
 /// waiter that lines up. Refused at once for `n` above the burst.
+#[inline]
 pub(crate) fn line_up_one<B: Lined + ReserveNow<Cost = u32>>(
     bucket: &B,
     n: u32,

@@ -375,8 +375,8 @@ async fn a_timeout_of_centuries_waits_like_no_timeout() {
 /// tokio's timer counts whole milliseconds, and paused time wakes on the millisecond after a
 /// deadline as real time does. At 800/s with a burst of one, a take at each wake-up would come
 /// up to a millisecond late and lose that time to the burst's cap (one token every 2 ms here).
-/// The head takes its token in the millisecond before its instant and sleeps the rest holding
-/// it, so the timer delays the caller, never the bucket's schedule: every token at its instant.
+/// The head takes its token up to two milliseconds before its instant and sleeps the rest
+/// holding it, so the timer delays the caller, never the bucket's schedule: every token at its instant.
 #[tokio::test(start_paused = true)]
 async fn a_burst_of_one_keeps_the_rate_on_a_timer_that_wakes_late() {
     let start = Instant::now();
@@ -403,7 +403,7 @@ async fn a_wait_dropped_while_holding_its_take_ahead_gives_it_back() {
     let start = Instant::now();
     let bucket = bucket(Quota::new(Rate::per_second(1_000)).burst(1).start_empty());
     let mut wait = Box::pin(bucket.acquire(1));
-    // One poll: the token is due in 1 ms, within the timer's granularity, so it is taken now.
+    // One poll: the token is due in 1 ms, within the timer's lateness, so it is taken now.
     tokio::select! {
         biased;
         _ = &mut wait => panic!("the token is not due yet"),
