@@ -214,9 +214,12 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
     /// # }
     /// ```
     pub async fn acquire(&self, n: u32) -> Result<Duration, Denied> {
-        // Straight to the shared wait, not through `acquire_timeout`: one future fewer to
-        // build and poll on the path that takes at once.
-        acquire_one_async(self, n, Duration::MAX).await
+        // The take at once in this future itself, with no future of the shared wait inside it
+        // to build and poll: the path that takes at once costs a check.
+        match line_up_one(self, n, Duration::MAX)? {
+            None => Ok(Duration::ZERO),
+            Some(waiter) => Box::pin(acquire_async(self, waiter, n, &Jitter::none())).await,
+        }
     }
 
     /// Takes `n` tokens if they accrue within `timeout`, waiting until then; returns the time
