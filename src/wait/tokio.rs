@@ -9,7 +9,7 @@ use std::boxed::Box;
 use ::tokio::time::{sleep_until, Instant, Sleep};
 
 use super::precise::{self, PreciseSleep};
-use super::queue::{line_up_one, plan, Lined, Plan, Step, Waiter};
+use super::queue::{plan, settled_at_once, Lined, Plan, Step, Waiter};
 use super::{jitter_after, CancelOnDrop, ReserveNow};
 use crate::clock::ticks_to_duration_ceil;
 use crate::{Clock, Denied, Jitter, TokenBucket, Word};
@@ -164,12 +164,13 @@ pub(crate) async fn acquire_one_async<B: Lined + ReserveNow<Cost = u32>>(
     n: u32,
     timeout: Duration,
 ) -> Result<Duration, Denied> {
-    match line_up_one(bucket, n, timeout)? {
-        None => Ok(Duration::ZERO),
-        // Boxed: the wait's state (its place in line, its timer) is built only for a wait
-        // that waits, so the future of one that takes at once stays a few words.
-        Some(waiter) => Box::pin(acquire_async(bucket, waiter, n, &Jitter::none())).await,
+    if let Some(settled) = settled_at_once(bucket, n) {
+        return settled.map(|()| Duration::ZERO);
     }
+    let waiter = Waiter::new([bucket], [n], Some(timeout))?;
+    // Boxed: the wait's state (its place in line, its timer) is built only for a wait that
+    // waits, so the future of one that takes at once stays a few words.
+    Box::pin(acquire_async(bucket, waiter, n, &Jitter::none())).await
 }
 
 impl<C: Clock, W: Word> TokenBucket<C, W> {
@@ -216,10 +217,11 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
     pub async fn acquire(&self, n: u32) -> Result<Duration, Denied> {
         // The take at once in this future itself, with no future of the shared wait inside it
         // to build and poll: the path that takes at once costs a check.
-        match line_up_one(self, n, Duration::MAX)? {
-            None => Ok(Duration::ZERO),
-            Some(waiter) => Box::pin(acquire_async(self, waiter, n, &Jitter::none())).await,
+        if let Some(settled) = settled_at_once(self, n) {
+            return settled.map(|()| Duration::ZERO);
         }
+        let waiter = Waiter::new([self], [n], Some(Duration::MAX))?;
+        Box::pin(acquire_async(self, waiter, n, &Jitter::none())).await
     }
 
     /// Takes `n` tokens if they accrue within `timeout`, waiting until then; returns the time
