@@ -82,17 +82,24 @@ pub(crate) async fn wait_async<B: Lined, const N: usize, T>(
 ) -> Result<(T, Duration, bool), Denied> {
     let mut waiter = waiter.early(timer_lateness::<B::Clock>());
     let early = waiter.early_ticks();
-    let precise = use_precise(early);
-    // The stretch slept on the precise timer: as long as tokio's timer may be late.
-    let span = if precise { early } else { 0 };
+    // Decided after the first look, not before: a wait joins the line as soon as it can, so
+    // that callers line up in the order they asked.
+    let mut precise: Option<bool> = None;
     let mut timer: Option<Timer> = None;
     poll_fn(move |cx| loop {
         let look = match waiter.step(cx.waker(), &mut take) {
             Step::Done(done) => {
-                return Poll::Ready(done.map(|(taken, waited)| (taken, waited, precise)))
+                let precise = *precise.get_or_insert_with(|| use_precise(early));
+                return Poll::Ready(done.map(|(taken, waited)| (taken, waited, precise)));
             }
             Step::Sleep(None) => return Poll::Pending,
             Step::Sleep(Some(look)) => look,
+        };
+        // The stretch slept on the precise timer: as long as tokio's timer may be late.
+        let span = if *precise.get_or_insert_with(|| use_precise(early)) {
+            early
+        } else {
+            0
         };
         let ticks = match plan(look, waiter.now(), early) {
             Plan::Again => continue,
