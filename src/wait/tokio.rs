@@ -1,4 +1,5 @@
-//! Async waits for tokio, cancel-safe: a place in the bucket's line, and one tokio timer.
+//! Async waits for tokio, cancel-safe: a place in the bucket's line, one tokio timer, and for a
+//! burst too small for that timer's lateness, a take ahead and the precise timer's last stretch.
 
 use core::future::{poll_fn, Future};
 use core::pin::Pin;
