@@ -372,4 +372,33 @@ impl<C: Clock, W: AdjustableWord> AdjustableBucket<C, W> {
             }
         }
     }
+
+    /// [`update`](Self::update) with the clock read again on every try, for a transition that
+    /// computes a wait: the wait is from the reading its compare-exchange lands on. Only the
+    /// async wait's take ahead computes one; a build without it has no caller.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) fn update_fresh<T, E>(
+        &self,
+        mut transition: impl FnMut(&Layout, u64, u64, u64) -> Result<(u64, T), E>,
+    ) -> Result<T, E> {
+        let ((mut generation, mut word), mut params) = self.current();
+        loop {
+            let now_ticks = self.clock.now();
+            let now_units = params.units_at(now_ticks);
+            let (new, out) = transition(&params, word, now_ticks, now_units)?;
+            // Relaxed, as in `update`.
+            match W::compare_exchange_tagged(
+                &self.state,
+                (generation, word),
+                (generation, new),
+                false,
+            ) {
+                Ok(()) => return Ok(out),
+                Err((actual_generation, actual)) if actual_generation == generation => {
+                    word = actual;
+                }
+                Err(_) => ((generation, word), params) = self.current(),
+            }
+        }
+    }
 }

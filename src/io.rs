@@ -104,7 +104,7 @@ where
     /// Paces `inner` by `bucket`, one token a byte, in chunks of half the burst (at least one
     /// byte, at most `u32::MAX`).
     ///
-    /// Half, so that a wait that wakes late — timers fire up to a millisecond after their
+    /// Half, so that a wait that wakes late — tokio's timer fires up to two milliseconds after its
     /// instant, and a task may run later still — loses nothing: what accrues meanwhile fits in
     /// the other half instead of spilling over the burst. A stream paced at `rate` then keeps
     /// its rate as long as it wakes within `burst / 2 / rate` of its turn.
@@ -121,8 +121,10 @@ where
     }
 
     /// Pays for at most `bytes` at a time, from one byte to the whole burst: smaller chunks
-    /// pace more smoothly, at the cost of more turns in the line; a chunk of the whole burst
-    /// loses to the cap whatever accrues while a late wait sleeps past its turn.
+    /// pace more smoothly, at the cost of more turns in the line. A chunk of the whole burst
+    /// has no room for lateness: its wait takes the bytes up to two milliseconds before they fall
+    /// due (so tokio's late timer costs it nothing), but a task that runs later than that loses
+    /// to the cap what accrues meanwhile.
     pub fn with_chunk(mut self, bytes: u32) -> Self {
         self.chunk = bytes.clamp(1, largest_chunk(&self.bucket));
         self
@@ -215,7 +217,7 @@ fn take_now<C: Clock, W: Word>(bucket: &TokenBucket<C, W>, want: u32, cx: &Conte
     // A zero timeout never sleeps in line: it is served now or gives up (and leaves the line
     // when dropped, if it had joined one whose head was due).
     matches!(
-        waiter.step(cx.waker(), || bucket.try_acquire(want)),
+        waiter.step(cx.waker(), |_ahead| bucket.try_acquire(want)),
         Step::Done(Ok(_))
     )
 }

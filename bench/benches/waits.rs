@@ -1,8 +1,11 @@
 //! The wait path beside governor 0.10 (`until_ready`) and leaky-bucket 1.1 (`acquire_one`), on a
-//! multi-threaded tokio runtime with 2 workers:
+//! multi-threaded tokio runtime with 2 workers. Each limiter is compared on a clock of the same
+//! class: tollgate on `TokioClock` (which reads `std`'s `Instant` outside paused time) beside
+//! governor on its `MonotonicClock` (`std`'s `Instant`), tollgate on `TscClock` beside governor
+//! on its default `QuantaClock` (both read the TSC through quanta).
 //!
 //! - **no wait due**: one `acquire(1)` on a bucket that never runs dry, one task (criterion),
-//!   with `try_acquire(1)` on the same clocks as the floor;
+//!   with `try_acquire(1)` (governor: `check`) on the same clocks as the floor;
 //! - **64 tasks**: grants per second with 64 tasks at a rate far above demand, and at a binding
 //!   rate (share of the cap `burst + rate × t`, checked never to be exceeded);
 //! - **one waiter**: the rate one task gets at 1 000/s with a burst of 1, and the CPU it spends;
@@ -22,14 +25,23 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::Criterion;
+use governor::clock::MonotonicClock;
+use governor::middleware::NoOpMiddleware;
+use governor::state::{InMemoryState, NotKeyed};
 use governor::DefaultDirectRateLimiter;
 use tokio::runtime::Runtime;
 use tollgate::{Quota, Rate, TokenBucket, TokioClock, TscClock};
 
+/// governor on `std`'s `Instant`: the clock class of `TokioClock`.
+type GovernorStd =
+    governor::RateLimiter<NotKeyed, InMemoryState, MonotonicClock, NoOpMiddleware<Instant>>;
+
 /// One limiter with a wait, behind one enum so that every scenario runs the same loop.
 enum Waits {
     Tokio(TokenBucket<TokioClock>),
+    GovernorStd(GovernorStd),
     Tsc(TokenBucket<TscClock>),
+    /// governor's default clock with its `quanta` feature: the TSC, as `TscClock`.
     Governor(DefaultDirectRateLimiter),
     Leaky(leaky_bucket::RateLimiter),
 }
@@ -41,11 +53,12 @@ struct Limit {
     burst: u32,
 }
 
-/// The limiters compared, by name.
-const NAMES: [&str; 4] = [
+/// The limiters compared, by name, each beside its peer on the same class of clock.
+const NAMES: [&str; 5] = [
     "tollgate (TokioClock)",
+    "governor until_ready (MonotonicClock)",
     "tollgate (TscClock)",
-    "governor until_ready",
+    "governor until_ready (QuantaClock)",
     "leaky-bucket acquire_one",
 ];
 
@@ -54,15 +67,19 @@ impl Waits {
     /// made on its clock.
     fn new(which: usize, limit: Limit) -> Self {
         let quota = Quota::new(Rate::per_second(limit.per_second)).burst(u64::from(limit.burst));
+        let governor_quota = || {
+            let per_second = NonZeroU32::new(limit.per_second as u32).unwrap();
+            governor::Quota::per_second(per_second)
+                .allow_burst(NonZeroU32::new(limit.burst).unwrap())
+        };
         match which {
             0 => Waits::Tokio(TokenBucket::try_new(quota, TokioClock::new()).unwrap()),
-            1 => Waits::Tsc(TokenBucket::try_new(quota, TscClock::new()).unwrap()),
-            2 => {
-                let per_second = NonZeroU32::new(limit.per_second as u32).unwrap();
-                let quota = governor::Quota::per_second(per_second)
-                    .allow_burst(NonZeroU32::new(limit.burst).unwrap());
-                Waits::Governor(governor::RateLimiter::direct(quota))
-            }
+            1 => Waits::GovernorStd(governor::RateLimiter::direct_with_clock(
+                governor_quota(),
+                MonotonicClock,
+            )),
+            2 => Waits::Tsc(TokenBucket::try_new(quota, TscClock::new()).unwrap()),
+            3 => Waits::Governor(governor::RateLimiter::direct(governor_quota())),
             _ => {
                 // Its refill runs on a timer: one millisecond's tokens each millisecond (or one
                 // token each period, for rates below 1 000/s).
@@ -88,6 +105,7 @@ impl Waits {
     async fn acquire(&self) {
         match self {
             Waits::Tokio(bucket) => drop(bucket.acquire(1).await.unwrap()),
+            Waits::GovernorStd(limiter) => limiter.until_ready().await,
             Waits::Tsc(bucket) => drop(bucket.acquire(1).await.unwrap()),
             Waits::Governor(limiter) => limiter.until_ready().await,
             Waits::Leaky(limiter) => limiter.acquire_one().await,
@@ -142,6 +160,7 @@ fn no_wait(c: &mut Criterion) {
                 b.iter(|| try_acquire(black_box(bucket).try_acquire(1).is_ok()))
             }),
             _ => group.bench_function(format!("{name}: check"), |b| match &waits {
+                Waits::GovernorStd(limiter) => b.iter(|| black_box(limiter).check().is_ok()),
                 Waits::Governor(limiter) => b.iter(|| black_box(limiter).check().is_ok()),
                 Waits::Leaky(limiter) => b.iter(|| black_box(limiter).try_acquire(1)),
                 _ => unreachable!(),

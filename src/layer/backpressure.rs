@@ -14,7 +14,7 @@ use tower_service::Service;
 
 use super::{BoxError, RateLimited, ResponseFuture};
 use crate::wait::queue::Waiter;
-use crate::wait::tokio::wait_async;
+use crate::wait::tokio::{sleep_for, wait_async};
 use crate::{Clock, DefaultWord, Denied, Reservation, TokenBucket, Word};
 
 /// Wraps services in [`Backpressure`]: each waits in `poll_ready` for its turn on one shared
@@ -80,7 +80,8 @@ impl<S, C, W: Word> Layer<S> for BackpressureLayer<C, W> {
 /// [`TokenBucket::acquire_timeout`] does.
 ///
 /// Waiters are served in the order they joined the line and each wakes once. The token is
-/// taken only when it is due, and only while the inner service is ready: a service whose inner
+/// taken only when it is due (for a burst too small for tokio's timer, up to two milliseconds
+/// before, and held until its instant), and only while the inner service is ready: a service whose inner
 /// service is not ready, or fails, leaves the line and holds no token. A token taken and not
 /// spent by `call` goes back to the bucket when the service is dropped (as tower's balancers and
 /// a shutting-down buffer do), less only what the burst cap would have cut since. A clone
@@ -94,8 +95,8 @@ pub struct Backpressure<S, C, W: Word = DefaultWord> {
 }
 
 /// A place in the bucket's line for one token; dropping it leaves the line, having taken
-/// nothing.
-type Wait = Pin<Box<dyn Future<Output = Result<Reservation, Denied>> + Send>>;
+/// nothing (or, holding a token taken ahead of its instant, gives it back).
+type Wait = Pin<Box<dyn Future<Output = Result<Held, Denied>> + Send>>;
 
 enum State {
     Idle,
@@ -181,8 +182,17 @@ where
             let max_wait = self.max_wait;
             self.state = State::Waiting(Box::pin(async move {
                 let waiter = Waiter::new([&*bucket], [1], Some(max_wait))?;
-                let take = || bucket.reserve(1, Duration::ZERO);
-                wait_async(waiter, take).await.map(|(token, _waited)| token)
+                let take = |ahead| bucket.reserve(1, ahead);
+                let (token, _waited, precise) = wait_async(waiter, take).await?;
+                // A token taken ahead of its instant (a burst too small for the timer's
+                // lateness) is held, and given back if the wait is dropped, until then.
+                let due_in = token.wait();
+                let held = Held {
+                    bucket,
+                    token: Some(token),
+                };
+                sleep_for(due_in, precise).await;
+                Ok(held)
             }));
         }
         let State::Waiting(wait) = &mut self.state else {
@@ -190,12 +200,8 @@ where
         };
         match wait.as_mut().poll(cx) {
             Poll::Pending => Poll::Pending,
-            Poll::Ready(Ok(token)) => {
-                let bucket: Arc<dyn GiveBack> = self.bucket.clone();
-                self.state = State::Ready(Held {
-                    bucket,
-                    token: Some(token),
-                });
+            Poll::Ready(Ok(held)) => {
+                self.state = State::Ready(held);
                 Poll::Ready(Ok(()))
             }
             Poll::Ready(Err(denied)) => {

@@ -7,6 +7,7 @@
 use core::time::Duration;
 
 use super::gate::{ReserveCancel, ReserveNow};
+use crate::clock::{duration_to_ticks_floor, ticks_to_duration_ceil};
 use crate::engine::layout::Layout;
 use crate::{AdjustableBucket, AdjustableWord, Clock, Denied};
 
@@ -61,6 +62,25 @@ impl<C: Clock, W: AdjustableWord> ReserveNow for AdjustableBucket<C, W> {
             },
             now,
         )
+    }
+
+    fn reserve_ahead(&self, n: u32, ahead: Duration) -> Result<(AdjustableTake, Duration), Denied> {
+        let ahead_ticks = duration_to_ticks_floor::<C>(ahead);
+        self.update_fresh(|p, word, now, now_units| {
+            let cost_units = p.cost(n)?;
+            let (due_units, wait_ticks) = p
+                .reserve(word, now, now_units, cost_units, ahead_ticks)
+                .map_err(|retry| Denied::Insufficient {
+                    retry_after: ticks_to_duration_ceil::<C>(retry),
+                })?;
+            let take = AdjustableTake {
+                params: *p,
+                due_units,
+                cost_units,
+                made_ticks: now,
+            };
+            Ok((due_units, (take, ticks_to_duration_ceil::<C>(wait_ticks))))
+        })
     }
 
     fn take_at_once(&self, n: u32) -> Result<(), Denied> {
@@ -130,7 +150,7 @@ impl<C: Clock, W: AdjustableWord> AdjustableBucket<C, W> {
     /// # }
     /// ```
     pub async fn acquire(&self, n: u32) -> Result<Duration, Denied> {
-        self.acquire_timeout(n, Duration::MAX).await
+        super::tokio::acquire_one_async(self, n, Duration::MAX).await
     }
 
     /// As [`acquire`](Self::acquire), if the tokens accrue within `timeout`; otherwise fails,

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::task::{Wake, Waker};
 use std::thread::{self, Thread};
 
-use super::queue::{line_up_one, plan, Lined, Plan, Step, Waiter};
+use super::queue::{plan, settled_at_once, Lined, Plan, Step, Waiter};
 use super::{jitter_after, CancelOnDrop, ReserveNow};
 use crate::clock::ticks_to_duration_ceil;
 use crate::{Clock, Denied, Jitter, TokenBucket, Word};
@@ -30,7 +30,8 @@ fn wait_blocking<B: Lined, const N: usize, T>(
 ) -> Result<(T, Duration), Denied> {
     let waker = Waker::from(Arc::new(Unpark(thread::current())));
     loop {
-        let look = match waiter.step(&waker, &mut take) {
+        // Never early (no driver timer here wakes late): every take is at its instant.
+        let look = match waiter.step(&waker, |_ahead| take()) {
             Step::Done(done) => return done,
             Step::Sleep(None) => {
                 thread::park();
@@ -41,7 +42,7 @@ fn wait_blocking<B: Lined, const N: usize, T>(
         // On a fresh reading: a thread scheduled late sleeps only what is left. The park
         // timeout is precise to microseconds, so no early wake-up is needed.
         match plan(look, waiter.now(), 0) {
-            Plan::Again | Plan::Yield => {}
+            Plan::Again => {}
             Plan::Sleep(ticks) => thread::park_timeout(ticks_to_duration_ceil::<B::Clock>(ticks)),
         }
     }
@@ -72,10 +73,11 @@ pub(crate) fn acquire_one_blocking<B: Lined + ReserveNow<Cost = u32>>(
     n: u32,
     timeout: Duration,
 ) -> Result<Duration, Denied> {
-    match line_up_one(bucket, n, timeout)? {
-        None => Ok(Duration::ZERO),
-        Some(waiter) => acquire_blocking(bucket, waiter, n, &Jitter::none()),
+    if let Some(settled) = settled_at_once(bucket, n) {
+        return settled.map(|()| Duration::ZERO);
     }
+    let waiter = Waiter::new([bucket], [n], Some(timeout))?;
+    acquire_blocking(bucket, waiter, n, &Jitter::none())
 }
 
 impl<C: Clock, W: Word> TokenBucket<C, W> {

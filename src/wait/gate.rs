@@ -28,9 +28,21 @@ pub(crate) trait ReserveCancel {
 pub(crate) trait ReserveNow: ReserveCancel {
     /// Takes `cost` now, or says how long until it could. A denial takes nothing.
     fn reserve_now(&self, cost: Self::Cost) -> Result<Self::Taken, Denied>;
+    /// Takes `cost` now if it falls due within `ahead`, and says how long until it is due (on
+    /// the reading its compare-exchange landed on); otherwise says how long until the same call
+    /// would succeed. A denial takes nothing. The async wait's take, where the timer may wake
+    /// up to `ahead` late: taken early, the tokens are due at their instant however late the
+    /// caller acts, so the schedule loses nothing to the timer. Only the async wait takes
+    /// ahead; a build without it has no caller.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    fn reserve_ahead(
+        &self,
+        cost: Self::Cost,
+        ahead: Duration,
+    ) -> Result<(Self::Taken, Duration), Denied>;
     /// Takes `cost` now for good, or says how long until it could: the fast path of a wait
-    /// with nobody in line, which has no jitter to hold the take through.
-    // Only the thread and task waits have a line to skip; `acquire_with_delay` has none.
+    /// with nobody in line, which has no jitter to hold the take through. Only the line has
+    /// that path; a build without it (`embedded-hal` alone) has no caller.
     #[cfg_attr(not(feature = "std"), allow(dead_code))]
     fn take_at_once(&self, cost: Self::Cost) -> Result<(), Denied>;
 }
@@ -58,6 +70,12 @@ impl<C: Clock, W: Word> ReserveNow for TokenBucket<C, W> {
     fn reserve_now(&self, n: u32) -> Result<Reservation, Denied> {
         self.reserve(n, Duration::ZERO)
     }
+    fn reserve_ahead(&self, n: u32, ahead: Duration) -> Result<(Reservation, Duration), Denied> {
+        self.reserve(n, ahead).map(|taken| {
+            let due_in = taken.wait();
+            (taken, due_in)
+        })
+    }
     #[inline]
     fn take_at_once(&self, n: u32) -> Result<(), Denied> {
         self.try_acquire(n)
@@ -75,6 +93,16 @@ impl<C: Clock, const N: usize, W: Word> ReserveCancel for Limits<'_, C, N, W> {
 impl<C: Clock, const N: usize, W: Word> ReserveNow for Limits<'_, C, N, W> {
     fn reserve_now(&self, costs: [u32; N]) -> Result<LimitsReservation<N>, Denied> {
         self.reserve(costs, Duration::ZERO)
+    }
+    fn reserve_ahead(
+        &self,
+        costs: [u32; N],
+        ahead: Duration,
+    ) -> Result<(LimitsReservation<N>, Duration), Denied> {
+        self.reserve(costs, ahead).map(|taken| {
+            let due_in = taken.wait();
+            (taken, due_in)
+        })
     }
     fn take_at_once(&self, costs: [u32; N]) -> Result<(), Denied> {
         self.try_acquire(costs)

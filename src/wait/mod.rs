@@ -25,6 +25,8 @@ mod delay;
 #[cfg(any(feature = "std", feature = "embedded-hal"))]
 mod gate;
 mod jitter;
+#[cfg(feature = "tokio")]
+mod precise;
 #[cfg(feature = "std")]
 pub(crate) mod queue;
 #[cfg(feature = "tokio")]

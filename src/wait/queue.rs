@@ -289,20 +289,19 @@ pub(crate) fn at_once<B: Lined, const N: usize>(
 }
 
 /// The start of one bucket's wait for `n` tokens, shared by the blocking and the async one:
-/// `None` when it is over already (`n = 0`, or taken at once with nobody in line), else the
-/// waiter that lines up. Refused at once for `n` above the burst.
-pub(crate) fn line_up_one<B: Lined + ReserveNow<Cost = u32>>(
+/// `Some` when it is over already (`n = 0`, taken at once with nobody in line, or refused),
+/// `None` when the caller must line up ([`Waiter::new`]). Small on purpose: a result holding
+/// the waiter would be copied whole on the path that takes at once, a stall there of about a
+/// quarter of its cost.
+#[inline]
+pub(crate) fn settled_at_once<B: Lined + ReserveNow<Cost = u32>>(
     bucket: &B,
     n: u32,
-    timeout: Duration,
-) -> Result<Option<Waiter<'_, B, 1>>, Denied> {
+) -> Option<Result<(), Denied>> {
     if n == 0 {
-        return Ok(None);
+        return Some(Ok(()));
     }
-    if let Some(settled) = at_once([bucket], || bucket.take_at_once(n)) {
-        return settled.map(|()| None);
-    }
-    Waiter::new([bucket], [n], Some(timeout)).map(Some)
+    at_once([bucket], || bucket.take_at_once(n))
 }
 
 /// What a waiter does next.
@@ -338,16 +337,15 @@ impl Look {
 pub(crate) enum Plan {
     /// The instant has passed: look again now, without sleeping.
     Again,
-    /// The tokens fall due sooner than the timer can wake: yield, and look again when due.
-    Yield,
     /// Sleep this many ticks, then look again.
     Sleep(u64),
 }
 
 /// The plan for `look` at `now`, for a driver whose timer may wake up to `early_ticks` late
-/// (its granularity): a timer for a due take or a turn is set `early_ticks` ahead, and the last
-/// stretch of a due take is yielded away rather than overslept, so that a bucket whose burst
-/// cannot hold a late wake-up's time still runs at its rate. A deadline is slept to exactly.
+/// (its granularity) and whose head takes up to `early_ticks` ahead of its tokens' instant
+/// (see [`Waiter::early`]): a turn's timer is set `early_ticks` ahead, so that it wakes in time
+/// to take ahead. A due take's instant is already the earliest it can take, and a deadline is
+/// exact: both are slept to.
 pub(crate) fn plan(look: Look, now: u64, early_ticks: u64) -> Plan {
     let left = look.at().wrapping_sub(now) as i64;
     if left <= 0 {
@@ -355,10 +353,8 @@ pub(crate) fn plan(look: Look, now: u64, early_ticks: u64) -> Plan {
     }
     let left = left as u64;
     match look {
-        Look::Deadline(_) => Plan::Sleep(left),
-        _ if left > early_ticks => Plan::Sleep(left - early_ticks),
-        Look::Due(_) => Plan::Yield,
-        Look::Turn(_) => Plan::Sleep(left),
+        Look::Turn(_) if left > early_ticks => Plan::Sleep(left - early_ticks),
+        _ => Plan::Sleep(left),
     }
 }
 
@@ -415,7 +411,10 @@ impl<'a, B: Lined, const N: usize> Waiter<'a, B, N> {
 
     /// For a driver whose timer may wake `ticks` late (see [`plan`]), where a late take would
     /// lose time to a burst's cap: a burst with room for `ticks` of lateness beyond this
-    /// waiter's tokens keeps what accrues meanwhile, and its waiters sleep to the instant.
+    /// waiter's tokens keeps what accrues meanwhile, and its waiters take when woken; with
+    /// less room, the head takes up to `ticks` ahead of its tokens' instant (the driver's take
+    /// reserves them, and its caller sleeps to the instant holding them), so that a late timer
+    /// delays the caller, never the bucket's schedule.
     #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     pub(crate) fn early(mut self, ticks: u64) -> Self {
         let now = self.now();
@@ -436,17 +435,24 @@ impl<'a, B: Lined, const N: usize> Waiter<'a, B, N> {
     }
 
     /// One look at the line, under its locks: take if this waiter heads every line and its
-    /// tokens are due; otherwise say how long to sleep. `take` is the all-or-none try path;
-    /// `waker` is what the head that leaves before it wakes.
+    /// tokens are due; otherwise say how long to sleep. `take(ahead)` is the all-or-none try
+    /// path, which may take up to `ahead` before the tokens' instant (zero unless the driver
+    /// asked for [`early`](Self::early), and never past the deadline), and otherwise says how
+    /// long until it could; `waker` is what the head that leaves before it wakes.
     pub(crate) fn step<T>(
         &mut self,
         waker: &Waker,
-        take: impl FnOnce() -> Result<T, Denied>,
+        take: impl FnOnce(Duration) -> Result<T, Denied>,
     ) -> Step<T> {
         let mut locked = Locked::lock(&self.keys);
         let now = self.now();
+        // A take ahead never reaches past the deadline: the tokens it takes fall due by then.
+        let ahead = self
+            .early_ticks
+            .min(self.time_left(now).unwrap_or(u64::MAX));
+        let take = || take(ticks_to_duration_floor::<B::Clock>(ahead));
         let Some(ids) = self.ids else {
-            return self.join(&mut locked, now, waker, take);
+            return self.join(&mut locked, now, ahead, waker, take);
         };
         let heads_all =
             self.keys.iter().zip(&ids).all(|(&key, &id)| {
@@ -460,12 +466,16 @@ impl<'a, B: Lined, const N: usize> Waiter<'a, B, N> {
                     return Step::Done(Ok((taken, self.waited(now))));
                 }
                 Err(Denied::Insufficient { retry_after }) => {
+                    // The take may come `ahead` before the instant: that instant is the
+                    // deadline's measure.
                     let retry = duration_to_ticks_ceil::<B::Clock>(retry_after);
                     if let Some(left) = self.time_left(now) {
-                        if retry > left {
+                        if retry.saturating_add(ahead) > left {
                             self.leave(&mut locked, now);
                             return Step::Done(Err(Denied::Insufficient {
-                                retry_after: ticks_to_duration_ceil::<B::Clock>(retry - left),
+                                retry_after: ticks_to_duration_ceil::<B::Clock>(
+                                    retry.saturating_add(ahead) - left,
+                                ),
                             }));
                         }
                     }
@@ -501,6 +511,7 @@ impl<'a, B: Lined, const N: usize> Waiter<'a, B, N> {
         &mut self,
         locked: &mut Locked<N>,
         now: u64,
+        ahead: u64,
         waker: &Waker,
         take: impl FnOnce() -> Result<T, Denied>,
     ) -> Step<T> {
@@ -508,11 +519,13 @@ impl<'a, B: Lined, const N: usize> Waiter<'a, B, N> {
             .keys
             .iter()
             .all(|&key| locked.line(key).map_or(true, |l| l.entries.is_empty()));
-        let wait = if nobody_waits {
+        // The instant its tokens fall due, and (for a take ahead) the one it can take them.
+        let (wait, due) = if nobody_waits {
             match take() {
                 Ok(taken) => return Step::Done(Ok((taken, Duration::ZERO))),
                 Err(Denied::Insufficient { retry_after }) => {
-                    duration_to_ticks_ceil::<B::Clock>(retry_after)
+                    let retry = duration_to_ticks_ceil::<B::Clock>(retry_after);
+                    (retry, retry.saturating_add(ahead))
                 }
                 Err(never) => return Step::Done(Err(never)),
             }
@@ -525,12 +538,12 @@ impl<'a, B: Lined, const N: usize> Waiter<'a, B, N> {
                 wait =
                     wait.max(bucket.ticks_until_holding(now, queued.saturating_add(self.units[i])));
             }
-            wait
+            (wait, wait)
         };
         if let Some(left) = self.time_left(now) {
-            if wait > left {
+            if due > left {
                 return Step::Done(Err(Denied::Insufficient {
-                    retry_after: ticks_to_duration_ceil::<B::Clock>(wait - left),
+                    retry_after: ticks_to_duration_ceil::<B::Clock>(due - left),
                 }));
             }
         }
@@ -669,6 +682,15 @@ fn hand_on<B: Lined>(line: &mut Line, bucket: &B, now: u64) -> Option<Waker> {
     }
 }
 
+/// The whole nanoseconds of `ticks`, rounded down: how far ahead a take may come, which must
+/// not reach past what the ticks allow. Off the hot path (once per look of a lined waiter).
+fn ticks_to_duration_floor<C: Clock>(ticks: u64) -> Duration {
+    let per_second = u128::from(C::TICKS_PER_SECOND.max(1));
+    let nanos = u128::from(ticks) * 1_000_000_000 / per_second;
+    let secs = u64::try_from(nanos / 1_000_000_000).unwrap_or(u64::MAX);
+    Duration::new(secs, (nanos % 1_000_000_000) as u32)
+}
+
 fn key_of<B>(bucket: &B) -> usize {
     bucket as *const B as usize
 }
@@ -725,7 +747,7 @@ pub mod models {
         pub fn step(&mut self, waker: &Waker) -> Option<Result<Duration, Denied>> {
             let limits = Limits::new(self.0.buckets);
             let costs = self.1;
-            match self.0.step(waker, || limits.try_acquire(costs)) {
+            match self.0.step(waker, |_ahead| limits.try_acquire(costs)) {
                 Step::Done(done) => Some(done.map(|((), waited)| waited)),
                 Step::Sleep(_) => None,
             }

@@ -371,3 +371,85 @@ async fn a_timeout_of_centuries_waits_like_no_timeout() {
         Ok(Duration::ZERO)
     );
 }
+
+/// tokio's timer counts whole milliseconds, and paused time wakes on the millisecond after a
+/// deadline as real time does. At 800/s with a burst of one, a take at each wake-up would come
+/// up to a millisecond late and lose that time to the burst's cap (one token every 2 ms here).
+/// The head takes its token up to two milliseconds before its instant and sleeps the rest
+/// holding it, so the timer delays the caller, never the bucket's schedule: every token at its instant.
+#[tokio::test(start_paused = true)]
+async fn a_burst_of_one_keeps_the_rate_on_a_timer_that_wakes_late() {
+    let start = Instant::now();
+    let bucket = bucket(Quota::new(Rate::per_second(800)).burst(1).start_empty());
+    let mut grants = 0u64;
+    while start.elapsed() < Duration::from_secs(1) {
+        bucket.acquire(1).await.unwrap();
+        grants += 1;
+        // Never before the token's instant: the k-th is due at k × 1.25 ms.
+        let due = Duration::from_micros(1_250 * grants);
+        assert!(
+            start.elapsed() >= due,
+            "grant {grants} at {:?}",
+            start.elapsed()
+        );
+    }
+    assert!((800..=801).contains(&grants), "{grants} grants in a second");
+}
+
+/// A wait that holds its take ahead of the instant (a burst too small for the timer) gives it
+/// back when dropped: the next caller finds the token due when it was.
+#[tokio::test(start_paused = true)]
+async fn a_wait_dropped_while_holding_its_take_ahead_gives_it_back() {
+    let start = Instant::now();
+    let bucket = bucket(Quota::new(Rate::per_second(1_000)).burst(1).start_empty());
+    let mut wait = Box::pin(bucket.acquire(1));
+    // One poll: the token is due in 1 ms, within the timer's lateness, so it is taken now.
+    tokio::select! {
+        biased;
+        _ = &mut wait => panic!("the token is not due yet"),
+        () = std::future::ready(()) => {}
+    }
+    // Taken: one more token would be due 2 ms from now (a reservation, given back at once).
+    let probe = bucket.reserve(1, ms(10)).unwrap();
+    assert_eq!(probe.wait(), ms(2));
+    bucket.cancel(probe);
+    drop(wait);
+    assert_eq!(bucket.acquire(1).await, Ok(ms(1)));
+    assert_eq!(start.elapsed(), ms(1));
+}
+
+/// Real time: one task at 1 000/s with a burst of one gets the rate, and waits on the timer
+/// rather than spinning: each grant takes a poll or two and at most one wake-up, however
+/// late the timer wakes.
+#[test]
+fn one_waiter_at_a_thousand_per_second_with_a_burst_of_one_gets_the_rate_without_spinning() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_time()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let bucket = bucket(Quota::new(Rate::per_second(1_000)).burst(1));
+        let start = Instant::now();
+        let (mut grants, mut polls) = (0u64, 0usize);
+        while start.elapsed() < ms(500) {
+            let (granted, polled, _wakes) = CountWakes::new(bucket.acquire(1)).await;
+            granted.unwrap();
+            grants += 1;
+            polls += polled;
+        }
+        let elapsed = start.elapsed().as_secs_f64();
+        let rate = grants as f64 / elapsed;
+        // The burst and 1 000/s: never above. Below only by a loaded machine's delays beyond
+        // the timer's millisecond.
+        assert!(
+            grants as f64 <= 1.0 + 1_000.0 * elapsed,
+            "{grants} in {elapsed} s"
+        );
+        assert!(rate >= 970.0, "{rate:.1}/s");
+        assert!(
+            polls as u64 <= 3 * grants,
+            "{polls} polls for {grants} grants"
+        );
+    });
+}
