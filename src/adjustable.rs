@@ -353,24 +353,10 @@ impl<C: Clock, W: AdjustableWord> AdjustableBucket<C, W> {
         mut transition: impl FnMut(&Layout, u64, u64) -> Result<(u64, T), E>,
         now_ticks: u64,
     ) -> Result<T, E> {
-        let ((mut generation, mut word), mut params) = self.current();
-        loop {
-            let (new, out) = transition(&params, word, params.units_at(now_ticks))?;
-            // Relaxed (no `publish`): the word is the bucket's state; the layout comes through
-            // `current`.
-            match W::compare_exchange_tagged(
-                &self.state,
-                (generation, word),
-                (generation, new),
-                false,
-            ) {
-                Ok(()) => return Ok(out),
-                Err((actual_generation, actual)) if actual_generation == generation => {
-                    word = actual;
-                }
-                Err(_) => ((generation, word), params) = self.current(),
-            }
-        }
+        self.drive(
+            || now_ticks,
+            |params, word, _, now_units| transition(params, word, now_units),
+        )
     }
 
     /// [`update`](Self::update) with the clock read again on every try, for a transition that
@@ -379,14 +365,25 @@ impl<C: Clock, W: AdjustableWord> AdjustableBucket<C, W> {
     #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     pub(crate) fn update_fresh<T, E>(
         &self,
+        transition: impl FnMut(&Layout, u64, u64, u64) -> Result<(u64, T), E>,
+    ) -> Result<T, E> {
+        self.drive(|| self.clock.now(), transition)
+    }
+
+    /// Both drivers: `transition(layout, word, now_ticks, now_units)` on the reading
+    /// `reading()` gives at each try.
+    #[inline]
+    fn drive<T, E>(
+        &self,
+        mut reading: impl FnMut() -> u64,
         mut transition: impl FnMut(&Layout, u64, u64, u64) -> Result<(u64, T), E>,
     ) -> Result<T, E> {
         let ((mut generation, mut word), mut params) = self.current();
         loop {
-            let now_ticks = self.clock.now();
-            let now_units = params.units_at(now_ticks);
-            let (new, out) = transition(&params, word, now_ticks, now_units)?;
-            // Relaxed, as in `update`.
+            let now_ticks = reading();
+            let (new, out) = transition(&params, word, now_ticks, params.units_at(now_ticks))?;
+            // Relaxed (no `publish`): the word is the bucket's state; the layout comes through
+            // `current`.
             match W::compare_exchange_tagged(
                 &self.state,
                 (generation, word),

@@ -15,3 +15,13 @@ pub mod counter;
 pub fn ms(millis: u64) -> Duration {
     Duration::from_millis(millis)
 }
+
+/// Runs `test` in real time on a multi-threaded tokio runtime with two workers.
+pub fn on_two_workers(test: impl std::future::Future<Output = ()>) {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_time()
+        .build()
+        .unwrap()
+        .block_on(test);
+}

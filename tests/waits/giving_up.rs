@@ -6,7 +6,7 @@
 
 #[path = "../support/mod.rs"]
 mod support;
-use support::ms;
+use support::{ms, on_two_workers};
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -234,8 +234,8 @@ async fn ninety_nine_giving_up_ahead_of_a_live_waiter_cost_nothing() {
 
 /// The same, in real time on two worker threads.
 #[test]
-fn ninety_nine_giving_up_ahead_of_a_live_waiter_cost_nothing_in_real_time() {
-    real_time(async {
+fn ninety_nine_giving_up_ahead_of_a_live_waiter_cost_nothing_in_on_two_workers() {
+    on_two_workers(async {
         let start = Instant::now();
         let bucket = bucket(Quota::new(Rate::per_second(10)).burst(1));
         bucket.acquire(1).await.unwrap();
@@ -277,8 +277,8 @@ fn ninety_nine_giving_up_ahead_of_a_live_waiter_cost_nothing_in_real_time() {
 
 /// Twice the rate with 200 ms timeouts, in real time on two worker threads: 3 s of load.
 #[test]
-fn twice_the_rate_with_200_ms_timeouts_in_real_time() {
-    real_time(async {
+fn twice_the_rate_with_200_ms_timeouts_in_on_two_workers() {
+    on_two_workers(async {
         let start = Instant::now();
         let bucket = bucket(Quota::new(Rate::per_second(500)));
         let (served, fresh_waited) = overload(&bucket, start, 1_000, 3, || ms(200)).await;
@@ -302,15 +302,6 @@ fn twice_the_rate_with_200_ms_timeouts_in_real_time() {
         sleep(Duration::from_secs(1)).await;
         assert!(bucket.available() >= 499);
     });
-}
-
-fn real_time(test: impl Future<Output = ()>) {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_time()
-        .build()
-        .unwrap()
-        .block_on(test);
 }
 
 /// A service whose readiness the test controls.
@@ -361,8 +352,8 @@ async fn a_service_dropped_between_ready_and_call_gives_its_token_back() {
 
 /// The same, in real time: the next service is ready at once, not after a second.
 #[test]
-fn a_service_dropped_between_ready_and_call_gives_its_token_back_in_real_time() {
-    real_time(async {
+fn a_service_dropped_between_ready_and_call_gives_its_token_back_in_on_two_workers() {
+    on_two_workers(async {
         let bucket = bucket(Quota::new(Rate::per_second(1)).burst(1));
         let layer = BackpressureLayer::new(bucket.clone());
         let echo = service_fn(|request: u32| async move { Ok::<_, Infallible>(request) });
@@ -525,7 +516,7 @@ fn clock_now(clock: &TokioClock) -> Duration {
 /// The same, in real time on `StdClock`: each instant is the reservation's wait after the call
 /// that made it.
 #[test]
-fn cancelling_limits_after_partial_debt_never_doubles_an_instant_in_real_time() {
+fn cancelling_limits_after_partial_debt_never_doubles_an_instant_in_on_two_workers() {
     use std::time::Instant;
     let clock = tollgate::StdClock;
     let slow = TokenBucket::try_new(Quota::new(Rate::per_second(10)).burst(1), clock).unwrap();

@@ -3,7 +3,7 @@
 
 #[path = "../support/mod.rs"]
 mod support;
-use support::ms;
+use support::{ms, on_two_workers};
 
 use std::future::Future;
 use std::pin::Pin;
@@ -329,12 +329,7 @@ async fn more_than_the_burst_fails_at_once_even_from_a_full_bucket() {
 /// last is served when the arithmetic says.
 #[test]
 fn tasks_on_a_multi_threaded_runtime_share_the_bucket_none_early() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_time()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
+    on_two_workers(async {
         let start = Instant::now();
         // 50 tasks at 100/s with a burst of 10: the last is due at 400 ms.
         let bucket = bucket(Quota::new(Rate::per_second(100)).burst(10));
@@ -423,12 +418,7 @@ async fn a_wait_dropped_while_holding_its_take_ahead_gives_it_back() {
 /// late the timer wakes.
 #[test]
 fn one_waiter_at_a_thousand_per_second_with_a_burst_of_one_gets_the_rate_without_spinning() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_time()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
+    on_two_workers(async {
         let bucket = bucket(Quota::new(Rate::per_second(1_000)).burst(1));
         let start = Instant::now();
         let (mut grants, mut polls) = (0u64, 0usize);
