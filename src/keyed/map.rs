@@ -445,12 +445,7 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word, S: BuildHasher> KeyedLimiter<K, C,
     /// tiers'); see [`TokenBucket::idle_horizon`](crate::TokenBucket::idle_horizon) and
     /// [`touch_all`](Self::touch_all).
     pub fn idle_horizon(&self) -> Duration {
-        let ticks = self
-            .tiers
-            .iter()
-            .map(|tier| tier.params.horizon_ticks())
-            .min();
-        ticks_to_duration_ceil::<C>(ticks.unwrap_or(0))
+        super::solved::idle_horizon::<C>(&self.tiers)
     }
 
     /// Keys held now.

@@ -13,6 +13,13 @@ pub(crate) struct Solved {
     pub protection_units: u64,
 }
 
+/// How long a held bucket may go untouched and still read correctly: the shortest horizon of
+/// `tiers`, read on the clock `C`.
+pub(crate) fn idle_horizon<C: crate::Clock>(tiers: &[Solved]) -> core::time::Duration {
+    let ticks = tiers.iter().map(|tier| tier.params.horizon_ticks()).min();
+    crate::clock::ticks_to_duration_ceil::<C>(ticks.unwrap_or(0))
+}
+
 impl Solved {
     /// `quota` on a clock of `hz` ticks a second and a word of `bits`, protecting returning
     /// keys for `protection_ticks`.

@@ -429,12 +429,7 @@ impl<K: Eq, C: Clock, const N: usize, W: Word, const T: usize> KeyedTable<K, C, 
     /// tiers'); see [`TokenBucket::idle_horizon`](crate::TokenBucket::idle_horizon) and
     /// [`touch_all`](Self::touch_all).
     pub fn idle_horizon(&self) -> Duration {
-        let ticks = self
-            .tiers
-            .iter()
-            .map(|tier| tier.params.horizon_ticks())
-            .min();
-        ticks_to_duration_ceil::<C>(ticks.unwrap_or(0))
+        super::solved::idle_horizon::<C>(&self.tiers)
     }
 
     /// Keys in the table now.

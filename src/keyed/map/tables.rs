@@ -30,60 +30,61 @@ pub(super) trait Slot {
     fn replace(&mut self, word: u64, tier: u8);
 }
 
-/// The entry of a limiter of one tier: the key and the word, nothing else (16 bytes for a
-/// `u64` key on the 64-bit word, 8 on the 32-bit word).
-pub(super) struct OneTierEntry<K, W: Word> {
+/// What an entry keeps of its tier: nothing (`()`) in a limiter of one tier, the tier's index
+/// (`u8`) in a limiter of several.
+pub(super) trait TierField: Copy {
+    /// Whether the entry keeps its tier.
+    const TIERED: bool;
+    fn of(tier: u8) -> Self;
+    fn get(self) -> u8;
+}
+
+impl TierField for () {
+    const TIERED: bool = false;
+    // The only tier there is: `set_tier` checked the index against the tiers.
+    fn of(_tier: u8) -> Self {}
+    #[inline]
+    fn get(self) -> u8 {
+        0
+    }
+}
+
+impl TierField for u8 {
+    const TIERED: bool = true;
+    fn of(tier: u8) -> Self {
+        tier
+    }
+    #[inline]
+    fn get(self) -> u8 {
+        self
+    }
+}
+
+/// One entry: the key, the word and what it keeps of its tier, rounded up to the alignment.
+pub(super) struct Entry<K, W: Word, T> {
     key: K,
     word: W::Atomic,
+    tier: T,
 }
+
+/// The entry of a limiter of one tier: the key and the word, nothing else (16 bytes for a
+/// `u64` key on the 64-bit word, 8 on the 32-bit word).
+pub(super) type OneTierEntry<K, W> = Entry<K, W, ()>;
 
 /// The entry of a limiter of several tiers: the key, the word and the tier's byte, rounded up
 /// to the alignment (24 bytes for a `u64` key on the 64-bit word, 16 on the 32-bit word).
-pub(super) struct TieredEntry<K, W: Word> {
-    key: K,
-    word: W::Atomic,
-    tier: u8,
-}
+pub(super) type TieredEntry<K, W> = Entry<K, W, u8>;
 
-impl<K: Hash + Eq, W: Word> Slot for OneTierEntry<K, W> {
+impl<K: Hash + Eq, W: Word, T: TierField> Slot for Entry<K, W, T> {
     type Key = K;
     type Word = W;
-    const TIERED: bool = false;
-
-    fn new(key: K, word: u64, _tier: u8) -> Self {
-        Self {
-            key,
-            word: W::cell(word),
-        }
-    }
-    #[inline]
-    fn key(&self) -> &K {
-        &self.key
-    }
-    #[inline]
-    fn word(&self) -> &W::Atomic {
-        &self.word
-    }
-    #[inline]
-    fn tier(&self) -> u8 {
-        0
-    }
-    fn replace(&mut self, word: u64, _tier: u8) {
-        // The only tier there is: `set_tier` checked the index against the tiers.
-        self.word = W::cell(word);
-    }
-}
-
-impl<K: Hash + Eq, W: Word> Slot for TieredEntry<K, W> {
-    type Key = K;
-    type Word = W;
-    const TIERED: bool = true;
+    const TIERED: bool = T::TIERED;
 
     fn new(key: K, word: u64, tier: u8) -> Self {
         Self {
             key,
             word: W::cell(word),
-            tier,
+            tier: T::of(tier),
         }
     }
     #[inline]
@@ -96,11 +97,11 @@ impl<K: Hash + Eq, W: Word> Slot for TieredEntry<K, W> {
     }
     #[inline]
     fn tier(&self) -> u8 {
-        self.tier
+        self.tier.get()
     }
     fn replace(&mut self, word: u64, tier: u8) {
         self.word = W::cell(word);
-        self.tier = tier;
+        self.tier = T::of(tier);
     }
 }
 
