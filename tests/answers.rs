@@ -34,6 +34,17 @@ fn request_with(name: &str, value: &str) -> Request<String> {
         .unwrap()
 }
 
+/// `request` through `service` once it is ready. The error type is the inner service's
+/// (`Infallible`): an axum `Router` takes the layer as it is.
+async fn send<S>(service: &mut S, request: Request<String>) -> Response<String>
+where
+    S: Service<Request<String>, Response = Response<String>, Error = Infallible>,
+{
+    let answer: Result<Response<String>, Infallible> =
+        service.ready().await.unwrap().call(request).await;
+    answer.unwrap()
+}
+
 fn header<'a>(response: &'a Response<String>, name: &str) -> &'a str {
     response.headers()[name].to_str().unwrap()
 }
@@ -45,23 +56,12 @@ async fn over_the_limit_the_layer_answers_429_itself_with_headers_and_a_body_for
     let calls = Arc::new(AtomicU64::new(0));
     let mut service = AnswerLayer::new(bucket).layer(counted(&calls));
     for _ in 0..5 {
-        let response = service
-            .ready()
-            .await
-            .unwrap()
-            .call(Request::new(String::new()))
-            .await;
-        assert_eq!(response.unwrap().status(), StatusCode::OK);
+        let response = send(&mut service, Request::new(String::new())).await;
+        assert_eq!(response.status(), StatusCode::OK);
     }
     tokio::time::advance(Duration::from_millis(100)).await;
-    // The error type is the inner service's: an axum `Router` takes the layer as it is.
-    let refused: Result<Response<String>, Infallible> = service
-        .ready()
-        .await
-        .unwrap()
-        .call(Request::new(String::new()))
-        .await;
-    let refused = refused.unwrap();
+    // The error type is the inner service's (`send` takes only `Infallible`).
+    let refused = send(&mut service, Request::new(String::new())).await;
     assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(header(&refused, "retry-after"), "1"); // 400 ms, rounded up
     assert_eq!(header(&refused, "ratelimit"), "\"default\";r=0;t=3"); // full in 2.4 s
@@ -78,14 +78,9 @@ async fn over_the_limit_the_layer_answers_429_itself_with_headers_and_a_body_for
     );
 
     tokio::time::advance(Duration::from_millis(400)).await;
-    let response = service
-        .ready()
-        .await
-        .unwrap()
-        .call(Request::new(String::new()))
-        .await;
+    let response = send(&mut service, Request::new(String::new())).await;
     assert_eq!(
-        response.unwrap().status(),
+        response.status(),
         StatusCode::OK,
         "waiting as told is enough"
     );
@@ -103,22 +98,10 @@ async fn a_full_keyed_limiter_answers_503_with_when_there_will_be_room() {
     let api_key = HeaderKey::new(HeaderName::from_static("x-api-key"));
     let calls = Arc::new(AtomicU64::new(0));
     let mut service = AnswerLayer::per_key(limiter, api_key).layer(counted(&calls));
-    let first = service
-        .ready()
-        .await
-        .unwrap()
-        .call(request_with("x-api-key", "a"))
-        .await
-        .unwrap();
+    let first = send(&mut service, request_with("x-api-key", "a")).await;
     assert_eq!(first.status(), StatusCode::OK);
     tokio::time::advance(Duration::from_millis(200)).await;
-    let newcomer = service
-        .ready()
-        .await
-        .unwrap()
-        .call(request_with("x-api-key", "b"))
-        .await
-        .unwrap();
+    let newcomer = send(&mut service, request_with("x-api-key", "b")).await;
     assert_eq!(newcomer.status(), StatusCode::SERVICE_UNAVAILABLE);
     // Key a's bucket is full again 1.2 s after its grant: a slot in a second, rounded up.
     assert_eq!(header(&newcomer, "retry-after"), "1");
@@ -139,13 +122,8 @@ async fn ten_seconds_of_two_keys(
             at_five_seconds.take().unwrap()();
         }
         for (count, key) in ok.iter_mut().zip(keys) {
-            let response = service
-                .ready()
-                .await
-                .unwrap()
-                .call(request_with("x-api-key", key))
-                .await;
-            *count += u64::from(response.unwrap().status() == StatusCode::OK);
+            let response = send(service, request_with("x-api-key", key)).await;
+            *count += u64::from(response.status() == StatusCode::OK);
         }
         tokio::time::advance(Duration::from_millis(1)).await;
     }
@@ -224,21 +202,11 @@ async fn a_dry_run_lets_everything_through_and_counts_what_the_enforcing_layer_r
         dice ^= dice << 17;
         tokio::time::advance(Duration::from_micros(dice % 10_000)).await;
         let client = ["a", "b", "c"][(dice >> 20) as usize % 3];
-        let response = enforcing
-            .ready()
-            .await
-            .unwrap()
-            .call(request_with("x-client", client))
-            .await;
-        refused += u64::from(response.unwrap().status() == StatusCode::TOO_MANY_REQUESTS);
-        let response = dry
-            .ready()
-            .await
-            .unwrap()
-            .call(request_with("x-client", client))
-            .await;
+        let response = send(&mut enforcing, request_with("x-client", client)).await;
+        refused += u64::from(response.status() == StatusCode::TOO_MANY_REQUESTS);
+        let response = send(&mut dry, request_with("x-client", client)).await;
         assert_eq!(
-            response.unwrap().status(),
+            response.status(),
             StatusCode::OK,
             "a dry run refuses nothing"
         );

@@ -8,12 +8,14 @@ use tollgate::{Denied, Quota, Rate};
 
 use crate::connect;
 use crate::support::{
-    field, fleet_of_four, runtime, serial, setting, sleep_until_unix, unix_us, worker_role,
-    RedisServer,
+    field, fleet_of_four, fleet_window, runtime, serial, setting, sleep_until_unix, unix_us,
+    worker_role, RedisServer,
 };
 
 const RATE: u64 = 100;
 const BURST: u64 = 10;
+/// How long the fleet runs.
+const SECONDS: u64 = 3;
 const LIFETIME: Duration = Duration::from_millis(100);
 
 /// The sharing test's fleet (four OS processes, 100/s, burst 10, 3 s), each taking its tokens
@@ -26,13 +28,7 @@ fn four_leasing_processes_stay_within_the_bound() {
     }
     let _serial = serial();
     let server = RedisServer::start();
-    let start_us = unix_us() + 1_500_000;
-    let end_us = start_us + 3_000_000;
-    let settings = [
-        ("REDIS_URL", server.url()),
-        ("START_US", start_us.to_string()),
-        ("END_US", end_us.to_string()),
-    ];
+    let (start_us, settings) = fleet_window(&server, SECONDS);
     let reports = fleet_of_four(
         "lease::four_leasing_processes_stay_within_the_bound",
         "lease",
@@ -47,7 +43,7 @@ fn four_leasing_processes_stay_within_the_bound() {
         total * 1_000_000 <= BURST * 1_000_000 + RATE * elapsed_us,
         "{total} grants in {elapsed_us} µs exceed {BURST} + {RATE}/s: {reports:?}"
     );
-    let window = BURST + RATE * (end_us - start_us) / 1_000_000;
+    let window = BURST + RATE * SECONDS;
     assert!(
         total * 100 >= window * 80,
         "{total} grants, below 80 % of {window}: {reports:?}"

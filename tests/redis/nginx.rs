@@ -9,8 +9,8 @@ use tollgate::redis::{Client, RedisBucket, RedisConnection};
 use tollgate::{Quota, Rate};
 
 use crate::support::{
-    field, fleet_of_four, runtime, serial, setting, sleep_until_unix, unix_us, worker_role, Nginx,
-    RedisServer,
+    field, fleet_of_four, fleet_window, runtime, serial, setting, sleep_until_unix, unix_us,
+    worker_role, Nginx, RedisServer,
 };
 
 const SECONDS: u64 = 5;
@@ -54,15 +54,12 @@ fn nginx_sees_the_shared_rate() {
 
 /// Runs four workers through `location` on a bucket of `rate`/s; (passed, limited).
 fn run(server: &RedisServer, nginx: &Nginx, location: &str, rate: u64) -> (u64, u64) {
-    let start_us = unix_us() + 1_500_000;
-    let settings = [
-        ("REDIS_URL", server.url()),
+    let (_, mut settings) = fleet_window(server, SECONDS);
+    settings.extend([
         ("NGINX_PORT", nginx.port.to_string()),
         ("LOCATION", location.to_string()),
         ("RATE", rate.to_string()),
-        ("START_US", start_us.to_string()),
-        ("END_US", (start_us + SECONDS * 1_000_000).to_string()),
-    ];
+    ]);
     let reports = fleet_of_four("nginx::nginx_sees_the_shared_rate", "http", &settings);
     for line in &reports {
         assert_eq!(field(line, "other"), 0, "unexpected answers: {line}");

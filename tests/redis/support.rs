@@ -407,6 +407,19 @@ pub fn report(mut child: Child, limit: Duration) -> Vec<String> {
         .collect()
 }
 
+/// A fleet's window on `server`: it starts 1.5 s from now (time for the workers to start and
+/// connect) and runs for `seconds`. Its start in Unix microseconds, and the settings that pass
+/// the server's URL, `START_US` and `END_US` to the workers.
+pub fn fleet_window(server: &RedisServer, seconds: u64) -> (u64, Vec<(&'static str, String)>) {
+    let start_us = unix_us() + 1_500_000;
+    let settings = std::vec![
+        ("REDIS_URL", server.url()),
+        ("START_US", start_us.to_string()),
+        ("END_US", (start_us + seconds * 1_000_000).to_string()),
+    ];
+    (start_us, settings)
+}
+
 /// Four copies of this test binary running `test` in `role` with `settings`, all at once:
 /// their report lines, one each (each worker has 30 s).
 pub fn fleet_of_four(test: &str, role: &str, settings: &[(&str, String)]) -> Vec<String> {
