@@ -161,6 +161,16 @@ local function keep()
   end
 end
 
+-- Gives `units` back, never past the floor (the bucket full), writes and answers a grant.
+local function give_back(units)
+  z = sub(z, units)
+  if less(z, floor) then
+    z = floor
+  end
+  store()
+  return reply(1)
+end
+
 if op == 'take' then
   local after = add(z, pair(13))
   if not less(pair(15), sub(after, now_pair)) then
@@ -181,12 +191,7 @@ elseif op == 'cancel' then
     keep()
     return reply(0)
   end
-  z = sub(z, cost)
-  if less(z, floor) then
-    z = floor
-  end
-  store()
-  return reply(1)
+  return give_back(cost)
 elseif op == 'refund' then
   -- A take its caller will not act on after all (a wait dropped during its jitter), due or
   -- not: the local bucket's refund (`Layout::refund`). All the tokens back, less what the cap
@@ -207,12 +212,7 @@ elseif op == 'refund' then
     keep()
     return reply(0)
   end
-  z = sub(z, restore)
-  if less(z, floor) then
-    z = floor
-  end
-  store()
-  return reply(1)
+  return give_back(restore)
 elseif op == 'peek' then
   keep()
   return reply(1)
