@@ -86,7 +86,7 @@ impl Layout {
         // The 64-bit word takes the shortest path; on the 32-bit word, whose 64-bit arithmetic is
         // two instructions a step on a 32-bit core, the general take is the smaller code.
         let taken = if W::BITS == 64 {
-            self.take_whole::<W>(word, now_units, cost)
+            self.take_whole_wide(word, now_units, cost)
         } else {
             self.take(word, now_units, cost, 0).map(|(word, _)| word)
         };
@@ -98,7 +98,7 @@ impl Layout {
         }
     }
 
-    /// [`take`](Self::take) without debt, in the fewest steps: `Ok(new word)`, or
+    /// [`take`](Self::take) without debt on the 64-bit word, in the fewest steps: `Ok(new word)`, or
     /// `Err(units short)`. With `d = now - word` modulo the word, the bucket holds enough
     /// exactly when `cost <= d < negative_from` (a `d` at or past `negative_from` is a debt or
     /// a clock stepped back), which is one unsigned comparison of `d - cost` against
@@ -106,12 +106,7 @@ impl Layout {
     /// denial then costs a subtraction and a comparison past the word's load, and a grant one
     /// minimum and a subtraction more.
     #[inline]
-    pub(crate) fn take_whole<W: Word>(
-        &self,
-        word: u64,
-        now_units: u64,
-        cost: u64,
-    ) -> Result<u64, u64> {
+    fn take_whole_wide(&self, word: u64, now_units: u64, cost: u64) -> Result<u64, u64> {
         debug_assert!(cost <= self.ceiling_units && self.ceiling_units < self.negative_from);
         let d = self.sub(now_units, word);
         if d.wrapping_sub(cost) >= self.negative_from - cost {
@@ -122,9 +117,8 @@ impl Layout {
         // The level is `d`, or the ceiling for a bucket full since before now.
         let level = d.min(self.ceiling_units);
         let new = self.sub(now_units, level - cost);
-        // `keep` with the word's mark a constant, not chosen at run time.
-        const { assert!(W::BITS == 32 || W::BITS == 64) };
-        Ok(new + u64::from(new == crate::engine::word::unused_mark(W::BITS)))
+        // `keep` with the 64-bit word's mark a constant, not chosen at run time.
+        Ok(new + u64::from(new == crate::engine::word::unused_mark(64)))
     }
 
     /// Reserves `cost` units at `now_ticks` (`now_units` in units) if they fall due within
