@@ -19,16 +19,21 @@ impl StdClock {
     /// Converts an `Instant` to this clock's ticks (zero for instants before the origin).
     #[inline]
     pub fn ticks_at(instant: Instant) -> u64 {
-        let origin = *ORIGIN.get_or_init(Instant::now);
-        let since = instant.saturating_duration_since(origin);
-        // 584 years of nanoseconds fill the u64: past them, saturate (64-bit arithmetic, where
-        // `as_nanos` would multiply in 128 bits).
-        since
-            .as_secs()
-            .checked_mul(1_000_000_000)
-            .and_then(|nanos| nanos.checked_add(u64::from(since.subsec_nanos())))
-            .unwrap_or(u64::MAX)
+        nanos_since(*ORIGIN.get_or_init(Instant::now), instant)
     }
+}
+
+/// Nanoseconds from `origin` to `instant`: zero for an instant before the origin, `u64::MAX`
+/// past 584 years, which fill the u64 (64-bit arithmetic, where `as_nanos` would multiply in
+/// 128 bits). `StdClock` and `TokioClock` both read through it.
+#[inline]
+pub(crate) fn nanos_since(origin: Instant, instant: Instant) -> u64 {
+    let since = instant.saturating_duration_since(origin);
+    since
+        .as_secs()
+        .checked_mul(1_000_000_000)
+        .and_then(|nanos| nanos.checked_add(u64::from(since.subsec_nanos())))
+        .unwrap_or(u64::MAX)
 }
 
 impl Clock for StdClock {

@@ -83,13 +83,7 @@ impl TokioClock {
 
     #[inline]
     fn ticks_at_std(&self, instant: std::time::Instant) -> u64 {
-        let since = instant.saturating_duration_since(self.origin);
-        // 584 years of nanoseconds fill the u64: past them, saturate.
-        since
-            .as_secs()
-            .checked_mul(1_000_000_000)
-            .and_then(|nanos| nanos.checked_add(u64::from(since.subsec_nanos())))
-            .unwrap_or(u64::MAX)
+        super::std_clock::nanos_since(self.origin, instant)
     }
 }
 
