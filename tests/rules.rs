@@ -511,3 +511,51 @@ proptest! {
         run_all(&case)?;
     }
 }
+
+/// A pause asked while the clock reads behind the reservation made last, at the deepest debt:
+/// the word reads deeper than the debt bound, and the pause still marks it, so that cancelling
+/// that reservation gives nothing back into the pause. (Found by the rules above.)
+#[test]
+fn a_cancel_after_a_step_back_gives_nothing_back_into_a_pause() {
+    let case = Case {
+        kind: Kind::Narrow,
+        per_second: [32_385, 1],
+        bursts: [289, 1],
+        origin: 0,
+        steps: vec![
+            Step::Pause(9),
+            Step::Idle(6_688_060_463_625_719_807, 5_434_746_186_587_249_850),
+            Step::Reserve(6_520_227_962_072_953_155, 8_924_000),
+            Step::Back(1),
+            Step::Pause(9),
+            Step::Idle(9_807_585_506_819_827_615, 0),
+            Step::Cancel(0),
+            Step::Reserve(17_469_808_177_952_892_104, 8_831_000),
+        ],
+    };
+    run_all(&case).unwrap();
+    // The same on every kind that reserves and pauses, with step backs of one tick to a refill.
+    for kind in [Kind::Wide, Kind::Narrow, Kind::Limits] {
+        for back in [1, 2, 1_000, 1_000_000, u64::MAX] {
+            let steps = vec![
+                Step::Reserve(3, 2_999_999_999),
+                Step::Reserve(3, 2_999_999_999),
+                Step::Back(back),
+                Step::Pause(1_000),
+                Step::Cancel(1),
+                Step::Reserve(0, 2_999_999_999),
+                Step::Take(0),
+                Step::Idle(1, 0),
+                Step::Take(0),
+            ];
+            run_all(&Case {
+                kind,
+                per_second: [4, 1],
+                bursts: [4, 1],
+                origin: 0,
+                steps,
+            })
+            .unwrap();
+        }
+    }
+}

@@ -382,6 +382,19 @@ impl Layout {
         self.at_level(now_units, -(debt.min(self.max_debt_units() + 1) as i64))
     }
 
+    /// The word `debt` units in debt at `now_units`, for `debt` up to two units short of the
+    /// negative side's depth (the second for the never-used mark's unit).
+    pub(crate) fn behind(&self, now_units: u64, debt: u64) -> u64 {
+        debug_assert!(debt + 1 < self.negative_depth());
+        self.at_level(now_units, -(debt as i64))
+    }
+
+    /// The deepest debt a reading tells from elapsed time: the word's modulus less
+    /// `negative_from`.
+    pub(crate) fn negative_depth(&self) -> u64 {
+        self.modulus.wrapping_sub(self.negative_from)
+    }
+
     /// Units from `now_units` until the bucket is empty again: 0 when it holds tokens.
     pub(crate) fn debt(&self, word: u64, now_units: u64) -> u64 {
         self.level(word, now_units).min(0).unsigned_abs()
