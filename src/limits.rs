@@ -95,7 +95,12 @@ impl<'a, C: Clock, const N: usize, W: Word> Limits<'a, C, N, W> {
     /// within `max_wait`; from all of them or from none.
     ///
     /// Each bucket reserves its part (in arrival order, as [`TokenBucket::reserve`]); the caller
-    /// acts at the latest part's instant. If any bucket would wait beyond `max_wait`, the parts
+    /// acts at the latest part's instant. A part due earlier is held until then: its bucket
+    /// counts it as taken at that instant, so that the bucket refilling meanwhile holds no more
+    /// than its burst beside it. That is debt, which a bucket's word bounds
+    /// ([`max_pause`](TokenBucket::max_pause): decades on the 64-bit word, a burst's refill on
+    /// the 32-bit word); a call that would hold a part longer is refused, its `retry_after` the
+    /// time until it would not be. If any bucket would wait beyond `max_wait`, the parts
     /// already reserved are given back and `retry_after` is the longest of the buckets' excess
     /// waits.
     pub fn reserve(
@@ -126,12 +131,32 @@ impl<'a, C: Clock, const N: usize, W: Word> Limits<'a, C, N, W> {
             .map(Reservation::wait)
             .max()
             .unwrap_or(Duration::ZERO);
-        let acts_at_ticks = core::array::from_fn(|i| match &parts[i] {
+        let acts_at_ticks: [u64; N] = core::array::from_fn(|i| match &parts[i] {
             Some(part) => part
                 .due_ticks()
                 .wrapping_add(duration_to_ticks_floor::<C>(wait - part.wait())),
             None => 0,
         });
+        // A part due before the caller acts is held meanwhile: its bucket counts it as taken
+        // then, so that refilling in between cannot fill it past its burst beside the part. That
+        // is debt, which the bucket's word bounds: a hold longer than it is refused.
+        let mut too_long = Duration::ZERO;
+        for (i, bucket) in self.buckets.iter().enumerate() {
+            if parts[i].as_ref().is_some_and(|part| part.wait() < wait) {
+                too_long = too_long.max(wait.saturating_sub(bucket.max_pause()));
+            }
+        }
+        if !too_long.is_zero() {
+            self.refund_parts(&mut parts);
+            return Err(Denied::Insufficient {
+                retry_after: too_long,
+            });
+        }
+        for (i, bucket) in self.buckets.iter().enumerate() {
+            if let Some(part) = parts[i].as_mut().filter(|part| part.wait() < wait) {
+                bucket.hold_until(part, acts_at_ticks[i]);
+            }
+        }
         Ok(LimitsReservation {
             parts,
             acts_at_ticks,

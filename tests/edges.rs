@@ -558,3 +558,62 @@ fn the_32_bit_word_holds_an_hour_across_the_grid() {
     // Only 10^5/s with bursts of 1 on 32 768 Hz (3 tokens a tick) is refused as too coarse.
     assert_eq!(coarse, 1);
 }
+
+/// A part of a `Limits` reservation due before the others is held until the caller acts, and its
+/// bucket counts it so: refilling meanwhile, the bucket cannot hold a full burst beside it. (A
+/// per-second limit beside a per-minute one: the second's whole burst reserved, due now, used in
+/// a minute; without the hold, the second's bucket was full again by then and granted its burst
+/// twice at that instant.) The held part is debt: on the 32-bit word, whose debt is a burst's
+/// refill, a hold of a minute is refused, taking nothing, until it fits.
+#[test]
+fn a_limits_part_held_for_the_others_is_counted_against_its_burst() {
+    fn on<W: tollgate::Word>() {
+        let clock = ManualClock::new();
+        let second: TokenBucket<_, W> =
+            TokenBucket::try_new_with_word(Quota::new(Rate::per_second(10)).burst(10), &clock)
+                .unwrap();
+        let minute: TokenBucket<_, W> =
+            TokenBucket::try_new_with_word(Quota::new(Rate::per_minute(1)).burst(1), &clock)
+                .unwrap();
+        let limits = Limits::new([&second, &minute]);
+        assert!(limits.try_acquire([1, 1]).is_ok());
+        clock.advance(Duration::from_millis(100));
+        // The second's burst now, the minute's token in a minute (less the 100 ms gone).
+        let before = second.available();
+        let reservation = match limits.reserve([10, 1], Duration::from_secs(60)) {
+            Ok(reservation) => reservation,
+            Err(Denied::Insufficient { retry_after }) => {
+                // The 32-bit word holds a second of debt: refused until the minute's token is
+                // within a second, and nothing taken.
+                assert_eq!(W::BITS, 32);
+                let short = Duration::from_millis(58_900);
+                assert!(retry_after >= short && retry_after < short + Duration::from_millis(2));
+                assert_eq!(second.available(), before);
+                clock.advance(retry_after);
+                let reservation = limits.reserve([10, 1], Duration::from_secs(60)).unwrap();
+                assert!(reservation.wait() <= second.max_pause());
+                for _ in 0..9 {
+                    clock.advance(Duration::from_millis(100));
+                    assert_eq!(second.available(), 0, "at {:?}", clock.now());
+                }
+                return;
+            }
+            Err(other) => panic!("{other:?}"),
+        };
+        assert_eq!(W::BITS, 64);
+        let wait = reservation.wait();
+        assert!(wait >= Duration::from_millis(59_900) && wait < Duration::from_millis(59_901));
+        // Up to the instant the caller acts, the second's bucket holds nothing beside the part.
+        for _ in 0..599 {
+            clock.advance(Duration::from_millis(100));
+            assert_eq!(second.available(), 0, "at {:?}", clock.now());
+        }
+        clock.advance(wait - Duration::from_millis(59_900));
+        assert!(second.try_acquire(1).is_err());
+        // From then on, its rate.
+        clock.advance(Duration::from_millis(100));
+        assert_eq!(second.available(), 1);
+    }
+    on::<u64>();
+    on::<u32>();
+}

@@ -312,10 +312,12 @@ fn a_reservation_on_limits_acts_at_the_latest_part_and_cancels_whole() {
     let tokens =
         TokenBucket::try_new(Quota::new(Rate::per_second(1_000)).start_empty(), &clock).unwrap();
     let limits = Limits::new([&requests, &tokens]);
-    // Requests are at hand; tokens take 500 ms: the whole waits 500 ms.
+    // Requests are at hand; tokens take 500 ms: the whole waits 500 ms. The request is held
+    // until then, counted against the burst at 500 ms: of the 2 the bucket will hold then, one
+    // is the held request's, so it holds half a token now.
     let reservation = limits.reserve([1, 500], Duration::from_secs(1)).unwrap();
     assert_eq!(reservation.wait(), ms(500));
-    assert_eq!(requests.available(), 1);
+    assert_eq!(requests.available(), 0);
     // Beyond max_wait: nothing taken, and the retry is the excess of the longest wait.
     assert_eq!(
         limits
@@ -325,7 +327,7 @@ fn a_reservation_on_limits_acts_at_the_latest_part_and_cancels_whole() {
             retry_after: ms(1_300)
         })
     );
-    assert_eq!(requests.available(), 1);
+    assert_eq!(requests.available(), 0);
     // Cancelled before its instant: both parts go back, the one granted at once too.
     clock.advance(ms(200));
     limits.cancel(reservation);
@@ -344,10 +346,15 @@ fn a_part_held_while_its_bucket_would_have_filled_gives_back_only_what_the_burst
     let fast = TokenBucket::try_new(Quota::new(Rate::per_second(10)).burst(10), &clock).unwrap();
     let slow = TokenBucket::try_new(Quota::new(Rate::per_second(1)).start_empty(), &clock).unwrap();
     let limits = Limits::new([&fast, &slow]);
-    // fast: 4 taken at once from a full bucket; slow: due in a second.
+    // fast: 4 taken at once from a full bucket, held until slow is due in a second: by then fast
+    // refills 10, so it may hold only 6 beside the 4 then, and is 4 in debt now.
     let reservation = limits.reserve([4, 1], Duration::from_secs(2)).unwrap();
-    assert_eq!(fast.available(), 6);
-    // 300 ms later fast has refilled to 9; without the take it would have been full since.
+    assert_eq!(fast.available(), 0);
+    assert_eq!(
+        fast.try_acquire(1).map_err(|d| d.retry_after()),
+        Err(Some(ms(500)))
+    );
+    // 300 ms later fast is 1 in debt; without the reservation it would have been full since.
     clock.advance(ms(300));
     limits.cancel(reservation);
     assert_eq!(fast.available(), 10);

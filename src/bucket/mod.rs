@@ -87,6 +87,10 @@ pub struct Reservation {
     due_ticks: u64,
     /// The clock tick at which it was made.
     made_ticks: u64,
+    /// Units the bucket counts beyond the tokens: a part of a [`Limits`](crate::Limits)
+    /// reservation held until the others are due (see `TokenBucket::hold_until`), given back
+    /// with the tokens.
+    held_units: u64,
     wait: Duration,
 }
 
@@ -284,6 +288,7 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
                 due_units: 0,
                 due_ticks: now,
                 made_ticks: now,
+                held_units: 0,
                 wait: Duration::ZERO,
             });
         }
@@ -303,6 +308,7 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
                     due_units,
                     due_ticks: now.wrapping_add(wait_ticks),
                     made_ticks: now,
+                    held_units: 0,
                     wait: ticks_to_duration_ceil::<C>(wait_ticks),
                 };
                 Ok((due_units, reservation))
@@ -342,6 +348,7 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
         let Ok(cost) = p.cost(reservation.tokens) else {
             return;
         };
+        let cost = cost + reservation.held_units;
         let now = self.clock.now();
         // Signed differences on ticks: 2^63 ticks is centuries on any clock up to 10 GHz.
         let since_made = now.wrapping_sub(reservation.made_ticks) as i64;
@@ -355,6 +362,32 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
                 .map(|word| (word, ()))
                 .ok_or(())
         });
+    }
+
+    /// Counts `reservation`'s tokens as held until the clock reads `at_ticks`, when its holder
+    /// uses them (a part of a [`Limits`](crate::Limits) reservation due before the others): the
+    /// word moves to where a take at that instant would have left it, if that is later, so that
+    /// the bucket refilling meanwhile cannot hold more than its burst with them. When nothing
+    /// moved the word since the reservation, the move becomes part of it: a cancel or a refund
+    /// gives it back with the tokens, by the same rules.
+    pub(crate) fn hold_until(&self, reservation: &mut Reservation, at_ticks: u64) {
+        let p = self.layout();
+        let Ok(cost) = p.cost(reservation.tokens) else {
+            return;
+        };
+        let at_units = p.units_at(at_ticks);
+        let moved = self.cell(&p).update(self.clock.now(), |word, now_units| {
+            p.held_until(word, now_units, at_units, cost)
+                .map(|held| (held, (word, held)))
+                .ok_or(())
+        });
+        if let Ok((word, held)) = moved {
+            if word == reservation.due_units {
+                // Later by construction: the difference is positive and within the debt bound.
+                reservation.held_units += p.elapsed(held, word).unsigned_abs();
+                reservation.due_units = held;
+            }
+        }
     }
 
     /// Whole tokens in the bucket now; 0 while reservations hold it in debt.
@@ -509,7 +542,9 @@ mod tests {
 
     #[test]
     fn the_bucket_is_small() {
-        assert_eq!(core::mem::size_of::<Reservation>(), 48);
+        // The tokens, the due instant in units and ticks, the instant made, the units held (a
+        // `Limits` part) and the wait.
+        assert_eq!(core::mem::size_of::<Reservation>(), 56);
         assert!(core::mem::size_of::<TokenBucket<ManualClock>>() <= 192);
     }
 

@@ -58,9 +58,13 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
     /// horizon on the 32-bit word) is clamped to it and reported as [`Pause::Clamped`].
     /// `Duration::ZERO` empties the bucket now.
     ///
-    /// Reservations made before the pause keep their instants. Cancelling one of them gives
-    /// back, as [`cancel`](Self::cancel) always does, only what the word did not move past, so
-    /// it can end the pause early by at most its own tokens.
+    /// Reservations made before the pause keep their instants, and the pause moves the word past
+    /// them (a debt already longer is fenced one unit further), so that cancelling one gives
+    /// nothing back into the pause. One exception, on a clock that steps back: asked while the
+    /// clock reads so far behind the reservation made last that the word reads deeper than any
+    /// reservation runs, the pause cannot tell that reservation's due from a fence and leaves the
+    /// word as it is; cancelling that reservation then ends the pause early, by at most its own
+    /// tokens.
     ///
     /// ```
     /// use core::time::Duration;

@@ -49,21 +49,12 @@ impl Layout {
         if let Some(word) = self.paused(word, now_units, pause_units) {
             return Ok((word, None));
         }
-        let debt = self.debt(word, now_units);
-        if debt > self.max_debt_units() {
-            // Deeper than any reservation runs from its own reading: a clock stepped back since
-            // (or a fence). The word may still be the due of the reservation made last, so it is
-            // moved one unit later too, which the negative side has room for while the step back
-            // is within what the word promises (a burst's refill on the 32-bit word, a quarter
-            // of the span on the 64-bit one). Only a word at the negative side's far edge,
-            // a step back beyond that, is left as it is.
-            if debt + 2 < self.negative_depth() {
-                return Ok((self.behind(now_units, debt + 1), Some(debt + 1)));
-            }
-            return Err(debt);
-        }
         // One unit past the debt bound at most: no reservation ever stands there, and a word
         // already there is fenced.
+        let debt = self.debt(word, now_units);
+        if debt > self.max_debt_units() {
+            return Err(debt);
+        }
         Ok((self.fenced(now_units, debt + 1), Some(debt)))
     }
 

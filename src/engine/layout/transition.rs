@@ -164,16 +164,18 @@ impl Layout {
         self.restored(word, now_units, cost)
     }
 
-    /// The word with `restore` units more, capped by the ceiling (the most the bucket holds, as
-    /// the Redis script caps it); `None` when that adds nothing.
+    /// The word with `restore` units more, the level capped by the ceiling (the most the bucket
+    /// holds, as the Redis script caps it); `None` when that adds nothing. `restore` is at most
+    /// the ceiling and the debt bound (a held part's, `TokenBucket::hold_until`): below 2^63.
     #[inline]
     fn restored(&self, word: u64, now_units: u64, restore: u64) -> Option<u64> {
         if restore == 0 {
             return None;
         }
         let level = self.level(word, now_units);
+        let most = self.ceiling_units + self.max_debt_units();
         let raised = level
-            .saturating_add(restore.min(self.ceiling_units) as i64)
+            .saturating_add(restore.min(most) as i64)
             .min(self.ceiling_units as i64);
         (raised > level).then(|| self.at_level(now_units, raised))
     }
@@ -382,17 +384,27 @@ impl Layout {
         self.at_level(now_units, -(debt.min(self.max_debt_units() + 1) as i64))
     }
 
-    /// The word `debt` units in debt at `now_units`, for `debt` up to two units short of the
-    /// negative side's depth (the second for the never-used mark's unit).
-    pub(crate) fn behind(&self, now_units: u64, debt: u64) -> u64 {
-        debug_assert!(debt + 1 < self.negative_depth());
-        self.at_level(now_units, -(debt as i64))
-    }
-
-    /// The deepest debt a reading tells from elapsed time: the word's modulus less
-    /// `negative_from`.
-    pub(crate) fn negative_depth(&self) -> u64 {
-        self.modulus.wrapping_sub(self.negative_from)
+    /// The word with a take of `cost` units held until `at_units`: at least `at_units` less the
+    /// ceiling less `cost`, so that the bucket holds no more than the ceiling then, the held
+    /// tokens counted. That is the word a take at `at_units` would have left: a take made early
+    /// and used later then grants nothing the burst cap would have cut in between. `None` when
+    /// the word is already as late. Never past the debt bound from `now_units`: the caller refuses a hold longer than that
+    /// (`Limits::reserve`), and what remains is rounding, which the bound cuts by a step at most.
+    pub(crate) fn held_until(
+        &self,
+        word: u64,
+        now_units: u64,
+        at_units: u64,
+        cost: u64,
+    ) -> Option<u64> {
+        let least = self.sub(at_units, self.ceiling_units - cost);
+        let bound = self.add(now_units, self.max_debt_units());
+        let least = if self.elapsed(least, bound) > 0 {
+            bound
+        } else {
+            least
+        };
+        (self.elapsed(least, word) > 0).then(|| self.keep(least))
     }
 
     /// Units from `now_units` until the bucket is empty again: 0 when it holds tokens.
