@@ -60,11 +60,11 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
     ///
     /// Reservations made before the pause keep their instants, and the pause moves the word past
     /// them (a debt already longer is fenced one unit further), so that cancelling one gives
-    /// nothing back into the pause. One exception, on a clock that steps back: asked while the
-    /// clock reads so far behind the reservation made last that the word reads deeper than any
-    /// reservation runs, the pause cannot tell that reservation's due from a fence and leaves the
-    /// word as it is; cancelling that reservation then ends the pause early, by at most its own
-    /// tokens.
+    /// nothing back into the pause. One exception, on the 32-bit word and a clock that steps
+    /// back: asked while the clock reads so far behind the reservation made last that the word
+    /// reads deeper than any reservation runs, the pause cannot tell that reservation's due from
+    /// a fence and leaves the word as it is; cancelling that reservation then ends the pause
+    /// early, by at most its own tokens. (The 64-bit word has room to move the word there too.)
     ///
     /// ```
     /// use core::time::Duration;

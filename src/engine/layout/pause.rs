@@ -52,7 +52,19 @@ impl Layout {
         // One unit past the debt bound at most: no reservation ever stands there, and a word
         // already there is fenced.
         let debt = self.debt(word, now_units);
-        if debt > self.max_debt_units() {
+        let max_debt = self.max_debt_units();
+        if debt > max_debt {
+            // Deeper than any reservation runs from its own reading: a fence, or a clock stepped
+            // back behind the reservation made last, whose due the word may still be. On the
+            // 64-bit word it is moved one unit later too (so that cancelling that reservation
+            // gives nothing back into the pause) while it stands within half the debt bound
+            // past it: repeated pauses then carry it no further than that, and a clock stepped
+            // back by up to an eighth of the word from its furthest reading still reads it as
+            // debt. The 32-bit word's negative side has no such room (a burst's refill past the
+            // bound, for the clock stepped back), so there it is left as it is.
+            if self.word_bits == 64 && debt < max_debt + max_debt / 2 {
+                return Ok((self.behind(now_units, debt + 1), Some(debt + 1)));
+            }
             return Err(debt);
         }
         Ok((self.fenced(now_units, debt + 1), Some(debt)))

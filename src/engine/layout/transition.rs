@@ -407,6 +407,12 @@ impl Layout {
         (self.elapsed(least, word) > 0).then(|| self.keep(least))
     }
 
+    /// The word `debt` units in debt at `now_units`, for `debt` within the negative side (and
+    /// one unit short of it, for the never-used mark's unit).
+    pub(crate) fn behind(&self, now_units: u64, debt: u64) -> u64 {
+        self.at_level(now_units, -(debt as i64))
+    }
+
     /// Units from `now_units` until the bucket is empty again: 0 when it holds tokens.
     pub(crate) fn debt(&self, word: u64, now_units: u64) -> u64 {
         self.level(word, now_units).min(0).unsigned_abs()
