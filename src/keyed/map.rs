@@ -22,12 +22,13 @@ use crate::{Denied, Quota};
 
 mod builder;
 mod hasher;
+mod lines;
 mod tables;
 
 use crate::engine::cell::WordCell;
 pub use builder::KeyedLimiterBuilder;
 pub use hasher::KeyHasher;
-use tables::{insert, on_shards, shard_bits, shard_map, shrink, Shard, Slot, Tables};
+use tables::{insert, on_shards, retain, shard_bits, shard_map, shrink, Shard, Slot, Tables};
 
 /// A concurrent per-key limiter for servers: one bucket per client, address or API key, all on
 /// one quota and one clock, in at most `capacity` entries.
@@ -572,14 +573,15 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word, S: BuildHasher> KeyedLimiter<K, C,
     #[cold]
     fn promote<E: Slot<Key = K>>(&self, shard: &Shard<E>, hash: u64, key: &K) {
         let mut entries = shard.write();
-        let Ok(entry) = entries.fresh.find_entry(hash, |e| e.key() == key) else {
+        if entries.fresh.find(hash, |e| e.key() == key).is_none() {
             return; // evicted meanwhile
-        };
+        }
         if !reserve(&self.protected_held, self.max_protected) {
             return;
         }
-        let (entry, _) = entry.remove();
-        insert(&mut entries.protected, hash, entry, &self.hasher);
+        if let Some(entry) = entries.fresh.remove(hash, |e| e.key() == key) {
+            insert(&mut entries.protected, hash, entry, &self.hasher);
+        }
     }
 
     #[cold]
@@ -680,8 +682,8 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word, S: BuildHasher> KeyedLimiter<K, C,
             true
         };
         let before = (entries.protected.len(), entries.fresh.len());
-        entries.fresh.retain(|entry| keep(entry, false));
-        entries.protected.retain(|entry| keep(entry, true));
+        retain(&mut entries.fresh, |entry| keep(entry, false), &self.hasher);
+        retain(&mut entries.protected, |entry| keep(entry, true), &self.hasher);
         let unprotected = before.0 - entries.protected.len();
         let evicted = unprotected + before.1 - entries.fresh.len();
         self.protected_held
