@@ -1,13 +1,13 @@
 //! A shard's hash table of entries, laid out so that a lookup of a held key reads one cache
-//! line when the entries are small.
+//! line, or one aligned pair of lines, when the entries are small.
 //!
-//! The table is a power of two of *groups*, each one cache line (or a few) starting with an
-//! eight-byte header: one byte per slot (0 when the slot is empty, otherwise `0x80` and the
-//! top seven bits of the key's hash) and, in the last byte, how many keys passed over this
-//! group because it was full when they were inserted. The entries follow the header in the
-//! same line: three `u64` keys with their 64-bit words fill one 64-byte line, so the tags and
-//! the entry of a held key arrive together, where a table of control bytes apart from its
-//! entries costs two cache misses (and two pages) per lookup.
+//! The table is a power of two of *groups*, each starting with an eight-byte header: one byte
+//! per slot (0 when the slot is empty, otherwise `0x80` and the top seven bits of the key's
+//! hash) and, in the last byte, how many keys passed over this group because it was full when
+//! they were inserted. The entries follow the header: seven `u64` keys with their 64-bit words
+//! fill a 128-byte pair of lines (three in the header's line), so the tags and the entry of a
+//! held key arrive together, where a table of control bytes apart from its entries costs two
+//! cache misses (and two pages) per lookup. See [`geometry`] for other entry sizes.
 //!
 //! A key is looked for in its home group (the hash's low bits), then along a triangular probe
 //! over the groups; a lookup stops at the first group that no key passed over. Removal leaves
@@ -28,7 +28,7 @@ use core::mem::{align_of, needs_drop, size_of};
 use core::ptr::NonNull;
 use std::alloc::{alloc_zeroed, dealloc, handle_alloc_error};
 
-/// A cache line.
+/// A cache line; groups are aligned to one.
 const LINE: usize = 64;
 /// The most slots a group has: one header byte each, and one byte for the overflow count.
 const MAX_SLOTS: usize = 7;
@@ -39,30 +39,24 @@ const FULL: u8 = 0x80;
 const LOW_BITS: u64 = 0x0101_0101_0101_0101;
 const HIGH_BITS: u64 = 0x8080_8080_8080_8080;
 
-/// How many lines a group of `E` takes and how many entries it holds.
+/// How many bytes a group of `E` takes and how many entries it holds.
 ///
-/// One line if it holds three entries or more (a lookup of a held key then reads one line);
-/// otherwise the group of up to four lines with the fewest bytes per entry (an entry that does
-/// not share the header's line costs a second line, as a separate table of control bytes would).
+/// One line if it holds four entries or more (eight bytes or less each). Otherwise seven
+/// entries after the header: in a pair of lines, aligned to 128 bytes, if they fit (three
+/// `u64` keys with their words in the header's line, four in the next), so that a lookup of a
+/// held key reads the one pair of lines, which processors commonly fetch together; else packed
+/// (a larger entry outside the header's line costs a second load, as a separate table of
+/// control bytes would, and the group takes no more room than such a table).
 const fn geometry(size: usize, header: usize) -> (usize, usize) {
     let one_line = (LINE - header) / size;
-    if one_line >= 3 {
-        return (1, min(one_line, MAX_SLOTS));
+    if one_line >= 4 {
+        return (LINE, min(one_line, MAX_SLOTS));
     }
-    let (mut best_lines, mut best_slots) = (0, 0);
-    let mut lines = 1;
-    while lines <= 4 {
-        let slots = min((lines * LINE - header) / size, MAX_SLOTS);
-        // Fewer bytes per entry: lines / slots below best_lines / best_slots.
-        if slots > 0 && (best_slots == 0 || lines * best_slots < best_lines * slots) {
-            (best_lines, best_slots) = (lines, slots);
-        }
-        lines += 1;
-    }
-    if best_slots == 0 {
-        ((header + size).div_ceil(LINE), 1)
+    let packed = header + MAX_SLOTS * size;
+    if packed <= 2 * LINE {
+        (2 * LINE, MAX_SLOTS)
     } else {
-        (best_lines, best_slots)
+        (packed.next_multiple_of(header), MAX_SLOTS)
     }
 }
 
@@ -102,10 +96,18 @@ impl<E> Lines<E> {
         8
     };
     const GEOMETRY: (usize, usize) = geometry(Self::SIZE, Self::HEADER);
-    const GROUP_BYTES: usize = Self::GEOMETRY.0 * LINE;
+    const GROUP_BYTES: usize = Self::GEOMETRY.0;
     const SLOTS: usize = Self::GEOMETRY.1;
+    /// A pair of lines is aligned to its size, as processors pair lines; any other group to a
+    /// line.
+    const ALIGN: usize = if Self::GROUP_BYTES == 2 * LINE {
+        2 * LINE
+    } else {
+        LINE
+    };
     /// The high bit of each slot's header byte.
     const SLOT_BITS: u64 = HIGH_BITS & ((1 << (8 * Self::SLOTS)) - 1);
+
     /// An empty table, which allocates nothing.
     pub fn new() -> Self {
         // Groups are aligned to a line, and an entry holds at least its word.
@@ -158,7 +160,8 @@ impl<E> Lines<E> {
         let bytes = groups
             .checked_mul(Self::GROUP_BYTES)
             .expect("a keyed table larger than the address space");
-        Layout::from_size_align(bytes, LINE).expect("a keyed table larger than the address space")
+        Layout::from_size_align(bytes, Self::ALIGN)
+            .expect("a keyed table larger than the address space")
     }
 
     /// The start of group `group`.
@@ -179,8 +182,9 @@ impl<E> Lines<E> {
     /// `group < self.groups`.
     #[inline]
     unsafe fn header(&self, group: usize) -> u64 {
-        // SAFETY: the group is allocated and line-aligned; its header is initialized (the
-        // allocation is zeroed) and written only through `&mut self`.
+        // SAFETY: the group is allocated and aligned to eight bytes at least (the allocation to
+        // a line, a group's size to its header's); its header is initialized (the allocation
+        // is zeroed) and written only through `&mut self`.
         u64::from_le(unsafe { self.group(group).cast::<u64>().read() })
     }
 
@@ -315,7 +319,7 @@ impl<E> Lines<E> {
             // SAFETY: `group < self.groups`.
             let header = unsafe { self.header(group) };
             (0..Self::SLOTS)
-                .filter(move |slot| header & (u64::from(FULL) << (8 * slot)) != 0)
+                .filter(move |&slot| holds(header, slot))
                 // SAFETY: a slot whose header byte has the high bit holds an entry, which lives
                 // as long as `&self`.
                 .map(move |slot| unsafe { &*self.slot(group, slot) })
@@ -328,7 +332,7 @@ impl<E> Lines<E> {
         for group in 0..self.groups {
             for slot in 0..Self::SLOTS {
                 // SAFETY: `group < self.groups`.
-                if unsafe { self.header(group) } & (u64::from(FULL) << (8 * slot)) == 0 {
+                if !holds(unsafe { self.header(group) }, slot) {
                     continue;
                 }
                 // SAFETY: the slot holds an entry; no other reference to it is alive.
@@ -363,7 +367,7 @@ impl<E> Lines<E> {
         for group in 0..self.groups {
             for slot in 0..Self::SLOTS {
                 // SAFETY: `group < self.groups`.
-                if unsafe { self.header(group) } & (u64::from(FULL) << (8 * slot)) == 0 {
+                if !holds(unsafe { self.header(group) }, slot) {
                     continue;
                 }
                 // SAFETY: the slot holds an entry. It is hashed before anything moves, so a
@@ -398,7 +402,7 @@ impl<E> Drop for Lines<E> {
                     // SAFETY: `group < self.groups`; a slot whose header byte has the high bit
                     // holds an entry, dropped once here as the table goes.
                     unsafe {
-                        if self.header(group) & (u64::from(FULL) << (8 * slot)) != 0 {
+                        if holds(self.header(group), slot) {
                             self.slot(group, slot).drop_in_place();
                         }
                     }
@@ -414,6 +418,12 @@ impl<E> Drop for Lines<E> {
 #[inline]
 fn tag_of(hash: u64) -> u8 {
     FULL | (hash >> 57) as u8
+}
+
+/// Whether the slot whose byte of `header` this is holds an entry.
+#[inline]
+fn holds(header: u64, slot: usize) -> bool {
+    header & (u64::from(FULL) << (8 * slot)) != 0
 }
 
 /// The high bit of each byte of `header` equal to `tag`, and no other bit.
