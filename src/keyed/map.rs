@@ -22,20 +22,24 @@ use crate::{Denied, Quota};
 
 mod builder;
 mod hasher;
+mod lines;
 mod tables;
 
 use crate::engine::cell::WordCell;
 pub use builder::KeyedLimiterBuilder;
 pub use hasher::KeyHasher;
-use tables::{insert, on_shards, shard_bits, shard_map, shrink, Shard, Slot, Tables};
+use tables::{insert, on_shards, retain, shard_bits, shard_map, shrink, Shard, Slot, Tables};
 
 /// A concurrent per-key limiter for servers: one bucket per client, address or API key, all on
 /// one quota and one clock, in at most `capacity` entries.
 ///
 /// Keys are spread over shards by hash, each a `RwLock` around two hash tables of entries,
 /// `(key, word)` (and the tier's byte in a limiter of several tiers): the *protected* keys and
-/// the others. Checking a key that is already there takes its shard's lock *for reading* and updates the bucket's word by compare-exchange: no
-/// global lock, no write lock, and threads on the same key or shard do not wait for each other.
+/// the others. A table keeps each entry in the cache line that holds its key's tag, so that a
+/// check of a held key waits on one load from memory once the tables outgrow the caches.
+/// Checking a key that is already there takes its shard's lock *for reading* and updates the
+/// bucket's word by compare-exchange: no global lock, no write lock, and threads on the same
+/// key or shard do not wait for each other.
 /// Only adding a key, protecting it, and eviction take a shard's write lock.
 ///
 /// The policy (the fixed-capacity `KeyedTable`'s is the same):
@@ -70,17 +74,21 @@ use tables::{insert, on_shards, shard_bits, shard_map, shrink, Shard, Slot, Tabl
 ///
 /// # Memory
 ///
-/// A key costs one entry and a control byte. The entry is `size_of::<K>()` plus the word,
-/// rounded up to the alignment: 16 bytes for a `u64` key on the 64-bit word or on the 32-bit
-/// one, 32 and 24 for an `Option<IpAddr>`. A limiter of several [tiers](Self::set_tier) adds
-/// the tier's byte: 24 bytes for a `u64` key on the 64-bit word; the byte fits in the padding
-/// of the other three. Each table is a power of two of entries, doubled when seven eighths
-/// full, so one table holds between 1.14 and 2.3 entries per key, depending on where the key
-/// count falls between two doublings. The shards take unequal shares of the keys, spread over
-/// one doubling, so that they do not all double at the same key count: with 8 shards or more,
-/// keys held in one table of each shard cost between 1.5 and 1.8 entries each at any key count
-/// (worked out from the table sizes for 10^4 to 10^7 keys) — on average over key counts the
-/// same as equal shards (1.65), without their highs and lows.
+/// A key costs one slot of a table. An entry is `size_of::<K>()` plus the word, rounded up to the
+/// alignment: 16 bytes for a `u64` key on the 64-bit word or on the 32-bit one, 32 and 24 for an
+/// `Option<IpAddr>`. A limiter of several [tiers](Self::set_tier) adds the tier's byte: 24 bytes
+/// for a `u64` key on the 64-bit word; the byte fits in the padding of the other three. A table's
+/// slots come in groups of seven after an eight-byte header of one tag byte per slot: in an aligned
+/// pair of 64-byte lines when they fit (seven 16-byte entries, 18.3 bytes a slot, so that a check
+/// reads one pair of lines), otherwise packed (24-byte entries, 25.1 bytes a slot; 32-byte ones,
+/// 33.1); entries of 8 bytes, seven to a line. Each table is a power of two of groups, doubled when
+/// seven eighths of its slots are full, so one table holds between 1.14 and 2.3 slots per key,
+/// depending on where the key count falls between two doublings. The shards take unequal shares of
+/// the keys, spread over one doubling, so that they do not all double at the same key count: with 8
+/// shards or more, keys held in one table of each shard cost between 1.5 and 1.8 slots each at any
+/// key count (worked out from the table sizes for 10^4 to 10^7 keys) — on average over key counts
+/// the same as equal shards (1.65), without their highs and lows. Removing a key leaves no mark
+/// behind, so a table at a steady number of keys under a flood of new ones keeps its size.
 /// [`heap_bytes`](Self::heap_bytes) reports the tables as they are.
 ///
 /// Keys are hashed by [`KeyHasher`] (foldhash, seeded once per process from the operating
@@ -467,8 +475,8 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word, S: BuildHasher> KeyedLimiter<K, C,
         self.len() == 0
     }
 
-    /// Heap bytes the limiter's tables hold now: entries, their control bytes and the free
-    /// room of each shard's tables, the shards and the map of shards (not memory that keys own
+    /// Heap bytes the limiter's tables hold now: entries, their tags and the free room of
+    /// each shard's tables, the shards and the map of shards (not memory that keys own
     /// themselves, such as a `String`'s).
     pub fn heap_bytes(&self) -> usize {
         let map = core::mem::size_of_val(&*self.shard_map);
@@ -572,14 +580,15 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word, S: BuildHasher> KeyedLimiter<K, C,
     #[cold]
     fn promote<E: Slot<Key = K>>(&self, shard: &Shard<E>, hash: u64, key: &K) {
         let mut entries = shard.write();
-        let Ok(entry) = entries.fresh.find_entry(hash, |e| e.key() == key) else {
+        if entries.fresh.find(hash, |e| e.key() == key).is_none() {
             return; // evicted meanwhile
-        };
+        }
         if !reserve(&self.protected_held, self.max_protected) {
             return;
         }
-        let (entry, _) = entry.remove();
-        insert(&mut entries.protected, hash, entry, &self.hasher);
+        if let Some(entry) = entries.fresh.remove(hash, |e| e.key() == key) {
+            insert(&mut entries.protected, hash, entry, &self.hasher);
+        }
     }
 
     #[cold]
@@ -680,8 +689,12 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word, S: BuildHasher> KeyedLimiter<K, C,
             true
         };
         let before = (entries.protected.len(), entries.fresh.len());
-        entries.fresh.retain(|entry| keep(entry, false));
-        entries.protected.retain(|entry| keep(entry, true));
+        retain(&mut entries.fresh, |entry| keep(entry, false), &self.hasher);
+        retain(
+            &mut entries.protected,
+            |entry| keep(entry, true),
+            &self.hasher,
+        );
         let unprotected = before.0 - entries.protected.len();
         let evicted = unprotected + before.1 - entries.fresh.len();
         self.protected_held

@@ -1,14 +1,15 @@
-//! A keyed limiter's shards: each a lock around two hash tables of entries; the entries, with a
-//! tier's byte only in a limiter of several tiers; and which shard a hash goes to.
+//! A keyed limiter's shards: each a lock around two hash tables of entries ([`Lines`]); the
+//! entries, with a tier's byte only in a limiter of several tiers; and which shard a hash goes
+//! to.
 
 use core::hash::{BuildHasher, Hash};
 use std::boxed::Box;
 use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use hashbrown::HashTable;
 // Not `crate::sync`: a hint beside the buckets, never a bucket's state.
 use portable_atomic::AtomicU64;
 
+use super::lines::Lines;
 use crate::engine::word::Word;
 
 /// One key's entry in a shard's table: the key, its bucket's word and the index of the tier it
@@ -144,16 +145,16 @@ pub(super) struct Shard<E> {
 
 /// A shard's keys: the protected ones and the others.
 pub(super) struct Entries<E> {
-    pub protected: HashTable<E>,
-    pub fresh: HashTable<E>,
+    pub protected: Lines<E>,
+    pub fresh: Lines<E>,
 }
 
 impl<E> Shard<E> {
     fn new(now: u64) -> Self {
         Shard {
             inner: RwLock::new(Entries {
-                protected: HashTable::new(),
-                fresh: HashTable::new(),
+                protected: Lines::new(),
+                fresh: Lines::new(),
             }),
             due_ticks: AtomicU64::new(now),
         }
@@ -209,75 +210,34 @@ pub(super) fn shard_map(count: usize) -> Box<[u16]> {
 }
 
 /// The bits of a hash that pick a slice of the shard map: bits the shard's own tables do not
-/// use (they take the low bits for the bucket and the top seven for their tags).
+/// use (they take the low bits for the home group and the top seven for their tags).
 #[inline]
 pub(super) fn shard_bits(hash: u64) -> usize {
     (hash >> 40) as usize
 }
 
-/// How many entries `table` holds before it must grow or rehash: hashbrown's load limit (7/8 of
-/// its buckets), with the bucket count read back from the allocation size (entries, then one
-/// control byte each and one group of spare control bytes; the padding between them is less
-/// than an entry and a control byte, so rounding down to a power of two recovers it).
-fn full_capacity<T>(table: &HashTable<T>) -> usize {
-    let bytes = table.allocation_size();
-    if bytes == 0 {
-        return 0;
-    }
-    let estimate = bytes.saturating_sub(16) / (core::mem::size_of::<T>() + 1);
-    let buckets = 1usize << estimate.max(1).ilog2();
-    if buckets < 8 {
-        buckets - 1
-    } else {
-        buckets / 8 * 7
-    }
-}
-
-/// Makes room for one more entry without doubling a table that is only full of deleted marks:
-/// eviction leaves one per removed entry, and hashbrown counts them against its load limit, so a
-/// table at a steady number of keys under a flood would otherwise double again and again. When
-/// they are a thirty-second of the entries or more, the table is rebuilt at its bucket count
-/// without them: at most once per that many insertions, so at most 32 moves per insertion.
-pub(super) fn before_insert<E: Slot>(table: &mut HashTable<E>, hasher: &impl BuildHasher) {
-    let len = table.len();
-    if table.capacity() > len {
-        return;
-    }
-    let full = full_capacity(table);
-    if full.saturating_sub(len) >= (len / 32).max(1) {
-        rebuild(table, full, hasher);
-    }
-}
-
-/// Gives memory back once a table is mostly empty: rebuilt at the size its entries need.
-pub(super) fn shrink<E: Slot>(table: &mut HashTable<E>, hasher: &impl BuildHasher) {
-    let len = table.len();
-    if len.saturating_mul(4) < full_capacity(table) {
-        rebuild(table, len, hasher);
-    }
-}
-
-/// Moves every entry into a new table sized for `capacity`, without deleted marks.
-fn rebuild<E: Slot>(table: &mut HashTable<E>, capacity: usize, hasher: &impl BuildHasher) {
-    let mut rebuilt = HashTable::with_capacity(capacity);
-    for entry in table.drain() {
-        let hash = hasher.hash_one(entry.key());
-        rebuilt.insert_unique(hash, entry, |e| hasher.hash_one(e.key()));
-    }
-    *table = rebuilt;
-}
-
 /// Inserts a new entry, which no table of the shard holds, into `table`; returns it.
 pub(super) fn insert<'a, E: Slot>(
-    table: &'a mut HashTable<E>,
+    table: &'a mut Lines<E>,
     hash: u64,
     entry: E,
     hasher: &impl BuildHasher,
 ) -> &'a E {
-    before_insert(table, hasher);
-    table
-        .insert_unique(hash, entry, |e| hasher.hash_one(e.key()))
-        .into_mut()
+    table.insert(hash, entry, |e| hasher.hash_one(e.key()))
+}
+
+/// Gives memory back once `table` is mostly empty: rebuilt at the size its entries need.
+pub(super) fn shrink<E: Slot>(table: &mut Lines<E>, hasher: &impl BuildHasher) {
+    table.shrink(|e| hasher.hash_one(e.key()));
+}
+
+/// Keeps the entries of `table` for which `keep` says `true`.
+pub(super) fn retain<E: Slot>(
+    table: &mut Lines<E>,
+    keep: impl FnMut(&mut E) -> bool,
+    hasher: &impl BuildHasher,
+) {
+    table.retain(keep, |e| hasher.hash_one(e.key()));
 }
 
 #[cfg(test)]
