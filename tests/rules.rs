@@ -76,12 +76,24 @@ fn case() -> impl Strategy<Value = Case> {
         1 => any::<u64>().prop_map(Step::Back),
         1 => any::<u64>().prop_map(Step::Requota),
     ];
+    cases(kind, step, 100_000, 1_000, 120)
+}
+
+/// Cases of `kind` and `step`, at rates and bursts up to the given, of up to `most_steps` steps,
+/// from a clock's origin at 0, just short of its wrap, or anywhere.
+fn cases(
+    kind: impl Strategy<Value = Kind>,
+    step: impl Strategy<Value = Step>,
+    most_per_second: u64,
+    most_burst: u64,
+    most_steps: usize,
+) -> impl Strategy<Value = Case> {
     (
         kind,
-        [1u64..=100_000, 1u64..=100_000],
-        [1u64..=1_000, 1u64..=1_000],
+        [1..=most_per_second, 1..=most_per_second],
+        [1..=most_burst, 1..=most_burst],
         prop_oneof![Just(0u64), Just(u64::MAX - 1_000), any::<u64>()],
-        prop::collection::vec(step, 1..120),
+        prop::collection::vec(step, 1..most_steps),
     )
         .prop_map(|(kind, per_second, bursts, origin, steps)| Case {
             kind,
@@ -541,20 +553,7 @@ fn fence_case() -> impl Strategy<Value = Case> {
         2 => (0u64..3, any::<u64>()).prop_map(|(k, r)| Step::Idle(k, r)),
         3 => any::<u64>().prop_map(Step::Back),
     ];
-    (
-        kind,
-        [1u64..=1_000, 1u64..=1_000],
-        [1u64..=16, 1u64..=16],
-        prop_oneof![Just(0u64), Just(u64::MAX - 1_000), any::<u64>()],
-        prop::collection::vec(step, 1..60),
-    )
-        .prop_map(|(kind, per_second, bursts, origin, steps)| Case {
-            kind,
-            per_second,
-            bursts,
-            origin,
-            steps,
-        })
+    cases(kind, step, 1_000, 16, 60)
 }
 
 proptest! {
