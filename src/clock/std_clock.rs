@@ -72,6 +72,17 @@ impl Origin {
         }
     }
 
+    /// An origin at `instant`, for a clock that converts instants only (one following tokio's
+    /// paused time): [`nanos_now`](Self::nanos_now) is not read from it.
+    #[cfg(feature = "tokio")]
+    pub(crate) fn of(instant: Instant) -> Self {
+        Self {
+            instant,
+            #[cfg(any(target_os = "linux", target_os = "android"))]
+            raw: 0,
+        }
+    }
+
     /// Nanoseconds from the origin to now (zero before it).
     #[inline]
     pub(crate) fn nanos_now(&self) -> u64 {

@@ -2,14 +2,17 @@
 
 use ::tokio::time::Instant;
 
+use super::std_clock::Origin;
 use super::Clock;
 
 /// `tokio::time::Instant` in nanoseconds since the clock was made.
 ///
 /// Made while tokio's time is paused, it reads tokio's clock, so `advance()` drives a bucket on
-/// it and tests of waits take no real time. Made in running time, it reads `std`'s monotonic
-/// clock directly: the instants tokio's clock gives there, at the cost of `std`'s reading alone
-/// (tokio's own reading looks for a paused clock first wherever its `test-util` feature is on).
+/// it and tests of waits take no real time. Made in running time, it reads the monotonic clock
+/// directly, as [`StdClock`](crate::StdClock) does (one `clock_gettime(CLOCK_MONOTONIC)` on Linux
+/// and Android): the instants tokio's clock gives there, at the cost of that reading alone
+/// (tokio's own reading looks for a paused clock first wherever its `test-util` feature is on,
+/// and an `Instant` costs its conversion to nanoseconds besides).
 /// A clock made before `pause()` is [`following_pause`](Self::following_pause).
 ///
 /// **Its origin is its own.** Each clock counts from the instant it was made by
@@ -34,7 +37,9 @@ use super::Clock;
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct TokioClock {
-    origin: std::time::Instant,
+    /// The origin; outside paused time also a raw reading of the monotonic clock at it, which
+    /// [`StdClock`](crate::StdClock) reads the same way.
+    origin: Origin,
     /// Reads tokio's clock (time was paused when it was made); otherwise std's, which tokio's
     /// clock is then anyway.
     follows_pause: bool,
@@ -44,7 +49,7 @@ impl TokioClock {
     /// A clock whose origin is now, on the current runtime's clock.
     ///
     /// If tokio's time is paused now (a `start_paused` test, after `pause()`), the clock reads
-    /// tokio's clock at every call, so that `advance()` drives it. Otherwise it reads std's
+    /// tokio's clock at every call, so that `advance()` drives it. Otherwise it reads the
     /// monotonic clock directly, which is what tokio's clock is outside paused time: the same
     /// instants, without the look for a paused clock that tokio's `test-util` feature adds to
     /// each of its readings (a runtime lookup and a lock, several times the reading itself).
@@ -57,10 +62,15 @@ impl TokioClock {
         while std::time::Instant::now() == std_first {
             core::hint::spin_loop();
         }
-        let paused = Instant::now() == first;
+        if Instant::now() == first {
+            return Self {
+                origin: Origin::of(first.into_std()),
+                follows_pause: true,
+            };
+        }
         Self {
-            origin: first.into_std(),
-            follows_pause: paused,
+            origin: Origin::now(),
+            follows_pause: false,
         }
     }
 
@@ -70,7 +80,7 @@ impl TokioClock {
     /// `test-util` feature is on.
     pub fn following_pause() -> Self {
         Self {
-            origin: Instant::now().into_std(),
+            origin: Origin::of(Instant::now().into_std()),
             follows_pause: true,
         }
     }
@@ -83,7 +93,7 @@ impl TokioClock {
 
     #[inline]
     fn ticks_at_std(&self, instant: std::time::Instant) -> u64 {
-        super::std_clock::nanos_since(self.origin, instant)
+        super::std_clock::nanos_since(self.origin.instant, instant)
     }
 }
 
@@ -101,7 +111,49 @@ impl Clock for TokioClock {
         if self.follows_pause {
             self.ticks_at(Instant::now())
         } else {
-            self.ticks_at_std(std::time::Instant::now())
+            self.origin.nanos_now()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn in_running_time_a_reading_never_runs_ahead_of_the_instant_it_converts() {
+        let runtime = ::tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let clock = TokioClock::new();
+            assert!(!clock.follows_pause);
+            let mut most_behind = 0;
+            for _ in 0..10_000 {
+                let before = clock.ticks_at(Instant::now());
+                let now = clock.now();
+                let after = clock.ticks_at(Instant::now());
+                assert!(now <= after, "{now} ahead of {after}");
+                most_behind = most_behind.max(before.saturating_sub(now));
+            }
+            // One read of the clock, on a machine shared with other work.
+            assert!(most_behind < 1_000_000, "{most_behind} ns behind");
+        });
+    }
+
+    #[test]
+    fn in_paused_time_it_follows_tokio() {
+        let runtime = ::tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let clock = TokioClock::new();
+            assert!(clock.follows_pause);
+            ::tokio::time::advance(core::time::Duration::from_secs(3)).await;
+            assert_eq!(clock.now(), 3_000_000_000);
+        });
     }
 }
