@@ -431,12 +431,14 @@ fn one_waiter_at_a_thousand_per_second_with_a_burst_of_one_gets_the_rate_without
         let elapsed = start.elapsed().as_secs_f64();
         let rate = grants as f64 / elapsed;
         // The burst and 1 000/s: never above. Below only by a loaded machine's delays beyond
-        // the timer's millisecond.
+        // the timer's millisecond: 998/s on a quiet machine (the waits bench), and as low as
+        // 882/s seen with another process keeping a core busy; this file's other tests share
+        // the machine with it, so the bound is the quiet figure less a loaded run's worst.
         assert!(
             grants as f64 <= 1.0 + 1_000.0 * elapsed,
             "{grants} in {elapsed} s"
         );
-        assert!(rate >= 970.0, "{rate:.1}/s");
+        assert!(rate >= 850.0, "{rate:.1}/s");
         assert!(
             polls as u64 <= 3 * grants,
             "{polls} polls for {grants} grants"
