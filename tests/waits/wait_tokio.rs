@@ -419,29 +419,36 @@ async fn a_wait_dropped_while_holding_its_take_ahead_gives_it_back() {
 #[test]
 fn one_waiter_at_a_thousand_per_second_with_a_burst_of_one_gets_the_rate_without_spinning() {
     on_two_workers(async {
-        let bucket = bucket(Quota::new(Rate::per_second(1_000)).burst(1));
-        let start = Instant::now();
-        let (mut grants, mut polls) = (0u64, 0usize);
-        while start.elapsed() < ms(500) {
-            let (granted, polled, _wakes) = CountWakes::new(bucket.acquire(1)).await;
-            granted.unwrap();
-            grants += 1;
-            polls += polled;
+        // The best of up to three half-second windows: a loaded machine's delays beyond the
+        // timer's millisecond cost grants (882/s was seen with another process keeping a core
+        // busy) and this file's other tests share the machine; a wait that oversleeps into the
+        // timer's millisecond (954/s, before the take ahead) fails all three.
+        let mut best = 0.0f64;
+        for _ in 0..3 {
+            let bucket = bucket(Quota::new(Rate::per_second(1_000)).burst(1));
+            let start = Instant::now();
+            let (mut grants, mut polls) = (0u64, 0usize);
+            while start.elapsed() < ms(500) {
+                let (granted, polled, _wakes) = CountWakes::new(bucket.acquire(1)).await;
+                granted.unwrap();
+                grants += 1;
+                polls += polled;
+            }
+            let elapsed = start.elapsed().as_secs_f64();
+            // The burst and 1 000/s: never above, in any window.
+            assert!(
+                grants as f64 <= 1.0 + 1_000.0 * elapsed,
+                "{grants} in {elapsed} s"
+            );
+            assert!(
+                polls as u64 <= 3 * grants,
+                "{polls} polls for {grants} grants"
+            );
+            best = best.max(grants as f64 / elapsed);
+            if best >= 970.0 {
+                break;
+            }
         }
-        let elapsed = start.elapsed().as_secs_f64();
-        let rate = grants as f64 / elapsed;
-        // The burst and 1 000/s: never above. Below only by a loaded machine's delays beyond
-        // the timer's millisecond: 998/s on a quiet machine (the waits bench), and as low as
-        // 882/s seen with another process keeping a core busy; this file's other tests share
-        // the machine with it, so the bound is the quiet figure less a loaded run's worst.
-        assert!(
-            grants as f64 <= 1.0 + 1_000.0 * elapsed,
-            "{grants} in {elapsed} s"
-        );
-        assert!(rate >= 850.0, "{rate:.1}/s");
-        assert!(
-            polls as u64 <= 3 * grants,
-            "{polls} polls for {grants} grants"
-        );
+        assert!(best >= 970.0, "{best:.1}/s");
     });
 }
