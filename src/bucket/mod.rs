@@ -549,6 +549,45 @@ mod tests {
     }
 
     #[test]
+    fn a_denial_on_a_reading_older_than_the_word_is_answered_again_on_a_fresh_one() {
+        use core::time::Duration;
+        let clock = ManualClock::new();
+        let quota = Quota::new(Rate::new(1, Duration::from_secs(2))).burst(1);
+        let bucket = TokenBucket::try_new(quota, &clock).unwrap();
+        // A caller reads the clock, and before it looks at the word another takes the token
+        // on a later reading.
+        let stale = clock.now();
+        clock.advance(Duration::from_millis(300));
+        bucket.try_acquire(1).unwrap();
+        let p = bucket.layout();
+        let cost = p.cost(1).unwrap();
+        // On the older reading the bucket reads 300 ms in debt: a wait 300 ms too long.
+        let too_long = Err(Denied::Insufficient {
+            retry_after: Duration::from_millis(2_300),
+        });
+        assert_eq!(
+            bucket.cell(p).try_take::<&ManualClock>(stale, cost),
+            too_long
+        );
+        // Settled: answered on a fresh reading, the wait due now.
+        let due = Err(Denied::Insufficient {
+            retry_after: Duration::from_secs(2),
+        });
+        assert_eq!(bucket.cell(p).try_take_settled(&&clock, stale, cost), due);
+        // A denial on a current reading is answered as it is.
+        assert_eq!(
+            bucket.cell(p).try_take_settled(&&clock, clock.now(), cost),
+            due
+        );
+        // And one on an older reading that grants on the fresh one grants.
+        clock.advance(Duration::from_secs(2));
+        assert_eq!(
+            bucket.cell(p).try_take_settled(&&clock, stale, cost),
+            Ok(())
+        );
+    }
+
+    #[test]
     fn touching_a_const_bucket_before_its_first_use_changes_nothing() {
         use core::time::Duration;
         // (quota, tokens granted at the first use, one second after the touch)

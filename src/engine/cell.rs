@@ -29,6 +29,42 @@ impl<'a, W: Word> WordCell<'a, W> {
         })
     }
 
+    /// [`try_take`](Self::try_take) for a caller whose reading may be older than the word it
+    /// meets (a keyed limiter reads the clock before its lookup and lock): a denial that finds
+    /// the bucket in debt, which takes alone never run it into, came from a reading taken
+    /// before another caller's grant, and would name a wait longer than the one due now (by
+    /// the reading's age: a whole second more, rounded up in a `Retry-After`). It is answered
+    /// again on a fresh reading, once. Grants are as `try_take`'s: a reading's age only denies.
+    #[cfg(feature = "std")]
+    #[inline]
+    pub(crate) fn try_take_settled<C: Clock + ?Sized>(
+        &self,
+        clock: &C,
+        now_ticks: u64,
+        cost: u64,
+    ) -> Result<(), Denied> {
+        self.try_take::<C>(now_ticks, cost)
+            .or_else(|denied| self.settle(clock, now_ticks, cost, denied))
+    }
+
+    /// The take again on a fresh reading, if the bucket read in debt at `now_ticks`; otherwise
+    /// `denied`.
+    #[cfg(feature = "std")]
+    #[cold]
+    fn settle<C: Clock + ?Sized>(
+        &self,
+        clock: &C,
+        now_ticks: u64,
+        cost: u64,
+        denied: Denied,
+    ) -> Result<(), Denied> {
+        let word = W::load(self.word);
+        if word == Self::UNUSED || self.params.debt(word, self.units_at(now_ticks)) == 0 {
+            return Err(denied);
+        }
+        self.try_take::<C>(clock.now(), cost)
+    }
+
     /// The CAS driver over `word`, laid out by `params`.
     #[inline]
     pub(crate) fn new(word: &'a W::Atomic, params: &'a Layout) -> Self {

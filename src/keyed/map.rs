@@ -553,7 +553,7 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word, S: BuildHasher> KeyedLimiter<K, C,
         let p = &self.solved_of(entry).params;
         let cost = p.cost(n)?;
         WordCell::<W>::new(entry.word(), p)
-            .try_take::<C>(now, cost)
+            .try_take_settled(&self.clock, now, cost)
             .map_err(KeyedDenied::from)
     }
 
@@ -637,7 +637,13 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word, S: BuildHasher> KeyedLimiter<K, C,
             WhenFull::Admit => {
                 let p = &self.first.params;
                 p.cost(n)
-                    .and_then(|cost| WordCell::<W>::new(&self.overflow, p).try_take::<C>(now, cost))
+                    .and_then(|cost| {
+                        WordCell::<W>::new(&self.overflow, p).try_take_settled(
+                            &self.clock,
+                            now,
+                            cost,
+                        )
+                    })
                     .map_err(|_| full)
             }
         }
