@@ -30,12 +30,13 @@ impl<'a, W: Word> WordCell<'a, W> {
     }
 
     /// [`try_take`](Self::try_take) for a caller whose reading may be older than the word it
-    /// meets (a keyed limiter reads the clock before its lookup and lock): a denial that finds
-    /// the bucket in debt, which takes alone never run it into, came from a reading taken
-    /// before another caller's grant, and would name a wait longer than the one due now (by
-    /// the reading's age: a whole second more, rounded up in a `Retry-After`). It is answered
-    /// again on a fresh reading, once. Grants are as `try_take`'s: a reading's age only denies.
-    #[cfg(feature = "std")]
+    /// meets (a keyed limiter or table reads the clock before its lookup and lock): a denial
+    /// that finds the bucket in debt, which takes alone never run it into, came from a reading
+    /// taken before another caller's grant, and would name a wait longer than the one due now
+    /// (by the reading's age: a whole second more, rounded up in a `Retry-After`). It is
+    /// answered again on a fresh reading, once. Grants are as `try_take`'s: a reading's age
+    /// only denies.
+    #[cfg(any(feature = "std", feature = "heapless"))]
     #[inline]
     pub(crate) fn try_take_settled<C: Clock + ?Sized>(
         &self,
@@ -49,7 +50,7 @@ impl<'a, W: Word> WordCell<'a, W> {
 
     /// The take again on a fresh reading, if the bucket read in debt at `now_ticks`; otherwise
     /// `denied`.
-    #[cfg(feature = "std")]
+    #[cfg(any(feature = "std", feature = "heapless"))]
     #[cold]
     fn settle<C: Clock + ?Sized>(
         &self,

@@ -279,16 +279,20 @@ impl<K: Eq, C: Clock, const N: usize, W: Word, const T: usize> KeyedTable<K, C, 
                     WhenFull::Admit => p
                         .cost(n)
                         .and_then(|cost| {
-                            WordCell::<W>::new(&self.overflow, p).try_take::<C>(now, cost)
+                            WordCell::<W>::new(&self.overflow, p).try_take_settled(
+                                &self.clock,
+                                now,
+                                cost,
+                            )
                         })
                         .map_err(|_| KeyedDenied::Full { capacity: N }),
                 };
             }
         };
         let p = &self.solved(tier).params;
-        let result = p
-            .cost(n)
-            .and_then(|cost| WordCell::<W>::new(&self.words[slot], p).try_take::<C>(now, cost));
+        let result = p.cost(n).and_then(|cost| {
+            WordCell::<W>::new(&self.words[slot], p).try_take_settled(&self.clock, now, cost)
+        });
         if returning && result.is_ok() {
             // Still counted in: the slot cannot change keys before it is promoted.
             self.promote(slot);
