@@ -48,23 +48,28 @@ pub(crate) struct Origin {
 }
 
 impl Origin {
-    /// The origin now. The raw reading is the later one of a pair around `Instant::now()`, from the
-    /// closest of a few pairs: so `nanos_now` never reads ahead of `nanos_since(instant, ..)`, and
-    /// lags it by at most the width of that pair.
+    /// The origin now. The raw reading is the later one of a pair around `Instant::now()`, from
+    /// the closest of a few pairs: so `nanos_now` never reads ahead of `nanos_since(instant, ..)`,
+    /// and lags it by at most the width of that pair.
     pub(crate) fn now() -> Self {
         #[cfg(any(target_os = "linux", target_os = "android"))]
         {
-            let mut best: Option<(u64, Self)> = None;
-            for _ in 0..8 {
+            // (The pair's width, the origin.)
+            let pair = || {
                 let before = monotonic_nanos();
                 let instant = Instant::now();
                 let raw = monotonic_nanos();
-                let width = raw.wrapping_sub(before);
-                if best.as_ref().map_or(true, |&(w, _)| width < w) {
-                    best = Some((width, Self { instant, raw }));
+                (raw.wrapping_sub(before), Self { instant, raw })
+            };
+            let closest = (1..8).fold(pair(), |best, _| {
+                let next = pair();
+                if next.0 < best.0 {
+                    next
+                } else {
+                    best
                 }
-            }
-            best.map_or_else(|| unreachable!(), |(_, origin)| origin)
+            });
+            closest.1
         }
         #[cfg(not(any(target_os = "linux", target_os = "android")))]
         Self {

@@ -381,15 +381,16 @@ impl Layout {
     /// The word `debt` units in debt at `now_units`, for `debt` at most one unit past the
     /// bound: the negative window has room for it on every word.
     pub(crate) fn fenced(&self, now_units: u64, debt: u64) -> u64 {
-        self.at_level(now_units, -(debt.min(self.max_debt_units() + 1) as i64))
+        self.behind(now_units, debt.min(self.max_debt_units() + 1))
     }
 
     /// The word with a take of `cost` units held until `at_units`: at least `at_units` less the
     /// ceiling less `cost`, so that the bucket holds no more than the ceiling then, the held
     /// tokens counted. That is the word a take at `at_units` would have left: a take made early
     /// and used later then grants nothing the burst cap would have cut in between. `None` when
-    /// the word is already as late. Never past the debt bound from `now_units`: the caller refuses a hold longer than that
-    /// (`Limits::reserve`), and what remains is rounding, which the bound cuts by a step at most.
+    /// the word is already as late. Never past the debt bound from `now_units`: the caller
+    /// refuses a hold longer than that (`Limits::reserve`), and what remains is rounding, which
+    /// the bound cuts by a step at most.
     pub(crate) fn held_until(
         &self,
         word: u64,
