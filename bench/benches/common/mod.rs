@@ -6,8 +6,7 @@
 
 use std::hint::black_box;
 use std::num::NonZeroU32;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Barrier;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -316,15 +315,28 @@ pub fn line_up(path: Path, with_manual: bool) -> Vec<(&'static str, Box<dyn Chec
 
 /// Runs `iters` checks spread over `threads` threads released together, timed from the first
 /// thread's start to the last one's end (each thread reads the clock itself, so a main thread
-/// scheduled late cannot shorten the span).
+/// scheduled late cannot shorten the span). The threads meet at a spinning barrier, not a
+/// sleeping one: a thread woken from a futex can start tens of microseconds after the others,
+/// longer than a whole run of cheap checks (two threads denying on the TSC finish 200 000
+/// checks each in 2 ms), so that the span would time the wake-up, not the checks.
 pub fn time_on_threads(limiter: &dyn Check, threads: usize, iters: u64) -> Duration {
     let per_thread = iters.div_ceil(threads as u64);
-    let barrier = Barrier::new(threads);
+    let arrived = AtomicUsize::new(0);
     let spans: Vec<(Instant, Instant)> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..threads)
             .map(|_| {
                 scope.spawn(|| {
-                    barrier.wait();
+                    arrived.fetch_add(1, Ordering::AcqRel);
+                    let mut spins = 0u32;
+                    while arrived.load(Ordering::Acquire) < threads {
+                        // More threads than cores: let the others on this core arrive.
+                        spins += 1;
+                        if spins % 1024 == 0 {
+                            std::thread::yield_now();
+                        } else {
+                            std::hint::spin_loop();
+                        }
+                    }
                     let start = Instant::now();
                     black_box(limiter.run(per_thread));
                     (start, Instant::now())
