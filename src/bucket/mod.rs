@@ -241,13 +241,18 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
         if n == 0 {
             return Ok(());
         }
+        // The clock first, then the bucket: the layout shares the word's cache line, and under
+        // contention every touch of that line before the compare-exchange is time for another
+        // core to take it back. Read after the layout, a clock read sat inside that window (on
+        // two threads with the coarse clock, 0.89-0.97 x governor's grants against 1.02-1.03).
+        let now = self.clock.now();
         let p = self.layout();
         let Some(cost) = p.cost_within(n) else {
             return Err(Denied::ExceedsCapacity {
                 burst: self.burst_when_exceeded(),
             });
         };
-        self.cell(&p).try_take::<C>(self.clock.now(), cost)
+        self.cell(&p).try_take::<C>(now, cost)
     }
 
     /// The burst, for the denial of a request above it, worked out off the hot path from the
