@@ -1,6 +1,6 @@
 //! A bucket on a zero-sized clock is 32 bytes on the 32-bit word and one 64-byte cache line on
-//! the 64-bit word, checked at compile time, and still answers what quota it enforces, worked
-//! out from its layout.
+//! the 64-bit word (aligned to it on a 64-bit host), checked at compile time, and still answers
+//! what quota it enforces, worked out from its layout.
 
 use core::mem::size_of;
 use core::time::Duration;
@@ -36,7 +36,42 @@ const _: () = assert!(size_of::<TokenBucket<Zst, u32>>() <= 32);
 #[test]
 fn a_bucket_on_a_zero_sized_clock_is_one_cache_line() {
     assert_eq!(size_of::<TokenBucket<Zst, u64>>(), 64);
-    assert_eq!(size_of::<TokenBucket<&ManualClock, u64>>(), 72);
+    if cfg!(target_pointer_width = "64") {
+        // It starts a line: a clock with state takes the next one.
+        assert_eq!(core::mem::align_of::<TokenBucket<Zst, u64>>(), 64);
+        assert_eq!(size_of::<TokenBucket<&ManualClock, u64>>(), 128);
+    } else {
+        assert_eq!(size_of::<TokenBucket<&ManualClock, u64>>(), 72);
+    }
+}
+
+/// Buckets side by side (a `Vec` of per-tenant or per-core buckets) never share a cache line:
+/// two cores each taking from their own bucket do not move each other's line.
+#[test]
+#[cfg(target_pointer_width = "64")]
+fn neighbouring_buckets_share_no_cache_line() {
+    let clock = ManualClock::new();
+    let quota = Quota::new(Rate::per_second(10));
+    let wide: Vec<TokenBucket<Zst, u64>> = (0..8)
+        .map(|_| TokenBucket::try_new_with_word(quota, Zst).unwrap())
+        .collect();
+    let with_clock: Vec<TokenBucket<&ManualClock, u64>> = (0..8)
+        .map(|_| TokenBucket::try_new_with_word(quota, &clock).unwrap())
+        .collect();
+    let line = |address: usize| address / 64;
+    for (i, bucket) in wide.iter().enumerate() {
+        let start = bucket as *const _ as usize;
+        // The whole bucket, word first, on one line.
+        assert_eq!(start % 64, 0, "bucket {i}");
+        assert_eq!(
+            line(start),
+            line(start + size_of::<TokenBucket<Zst, u64>>() - 1)
+        );
+    }
+    for (i, bucket) in with_clock.iter().enumerate() {
+        let start = bucket as *const _ as usize;
+        assert_eq!(start % 64, 0, "bucket {i}");
+    }
 }
 
 #[test]

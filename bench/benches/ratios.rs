@@ -4,7 +4,8 @@
 //!
 //! `cargo bench --bench ratios` (`-- 41` for the rounds; 31 by default). Then the same limiters
 //! shared by two threads: million checks per second, the floor there being the most a shared
-//! word can take (clock, load, compare-exchange).
+//! word can take (clock, load, compare-exchange). Last, two threads on a limiter each, the two
+//! side by side in memory as a `Vec` holds them: what they share is cache lines only.
 //!
 //! The floor is what no limiter on that clock can beat: the clock's read (for the TSC, quanta's
 //! raw counter scaled to nanoseconds), one load and one compare-exchange.
@@ -14,7 +15,7 @@ mod common;
 use std::hint::black_box;
 use std::time::Instant;
 
-use common::{line_up, time_on_threads, Check, Path};
+use common::{line_up, line_up_neighbours, time_on_threads, Check, Path};
 
 /// Checks per timing: long enough to dwarf `Instant::now()`, short enough for many rounds.
 const CHECKS: u64 = 200_000;
@@ -43,7 +44,15 @@ fn medians(
     with_manual: bool,
     measure: impl Fn(&dyn Check) -> f64,
 ) -> Vec<(&'static str, f64)> {
-    let all = line_up(path, with_manual);
+    medians_of(line_up(path, with_manual), rounds, measure)
+}
+
+/// Medians by name for every limiter of `all` of `measure`, in interleaved rounds.
+fn medians_of(
+    all: Vec<(&'static str, Box<dyn Check>)>,
+    rounds: usize,
+    measure: impl Fn(&dyn Check) -> f64,
+) -> Vec<(&'static str, f64)> {
     for (_, limiter) in &all {
         measure(&**limiter); // warm-up
     }
@@ -139,5 +148,24 @@ fn main() {
                 ours / theirs,
             );
         }
+    }
+    // Two threads, a limiter each, the two side by side in one allocation: they share no
+    // limiter, only the cache lines their layout puts them on.
+    println!();
+    println!(
+        "{threads} threads, a limiter each, side by side in one `Vec`, million checks per \
+         second (more is better; the floor: padded apart), medians of {rounds} interleaved rounds"
+    );
+    println!();
+    println!("| path | floor | tollgate | governor | tollgate ÷ governor |");
+    println!("|---|---|---|---|---|");
+    let m = medians_of(line_up_neighbours(threads), rounds, |limiters| {
+        million_per_second(limiters, threads)
+    });
+    for (clock, floor, ours, theirs, peer) in rows(&m, false) {
+        println!(
+            "| {clock}, allow | {floor:.1} | {ours:.1} | {theirs:.1} ({peer}) | {:.2} |",
+            ours / theirs,
+        );
     }
 }

@@ -65,11 +65,19 @@ pub use pause::Pause;
 ///
 /// `W` is the width of the word: [`DefaultWord`] unless chosen with
 /// [`try_new_with_word`](Self::try_new_with_word).
+///
+/// On a 64-bit host a bucket on the 64-bit word starts a cache line of its own: the word and
+/// its layout fill that line (the whole bucket, on a zero-sized clock), and a clock with state
+/// sits in the next one. So neither half a neighbour in an array nor the clock's fields share
+/// the line the word's compare-exchange moves between cores.
+#[repr(C)]
 pub struct TokenBucket<C, W: Word = DefaultWord> {
     word: W::Atomic,
     /// The layout, in the form the word keeps it (28 bytes on the 32-bit word).
     params: W::Stored,
     clock: C,
+    /// The word's alignment (a cache line for the 64-bit word on a 64-bit host), taking no room.
+    line: [W::Line; 0],
 }
 
 /// Tokens taken now for use at a later instant: the result of [`TokenBucket::reserve`].
@@ -177,6 +185,7 @@ impl<C: Clock> TokenBucket<C, u32> {
             word: <u32 as Word>::UNUSED,
             params,
             clock,
+            line: [],
         }
     }
 }
@@ -191,6 +200,7 @@ crate::with_word64! {
                 word: <u64 as Word>::UNUSED,
                 params: solved(&quota, C::TICKS_PER_SECOND, 64),
                 clock,
+                line: [],
             }
         }
     }
@@ -208,6 +218,7 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
             word: W::cell(params.unused()),
             params: stored,
             clock,
+            line: [],
         }
     }
 
@@ -229,6 +240,7 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
             word: W::cell(word),
             params: stored,
             clock,
+            line: [],
         })
     }
 

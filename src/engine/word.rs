@@ -47,6 +47,10 @@ pub trait Word: sealed::Sealed + Copy + 'static {
     /// the 32-bit word, whose fields the optimizer reads from the stored ones.
     #[doc(hidden)]
     type Params<'a>: core::ops::Deref<Target = Layout> + Copy;
+    /// A zero-sized type of the alignment a bucket on this word takes: a cache line for the
+    /// 64-bit word on a 64-bit host, the word's own elsewhere.
+    #[doc(hidden)]
+    type Line: Copy + Send + Sync + core::fmt::Debug + 'static;
     /// The stored form of `params`, a layout the solver made for this word; `None` if it does
     /// not fit it (which the solver never makes).
     #[doc(hidden)]
@@ -256,6 +260,14 @@ crate::with_atomic128! {
     pub use wide::DefaultAdjustableWord;
 }
 
+/// The alignment of a bucket on the 64-bit word: one 64-byte cache line on a 64-bit host, where
+/// the word and its layout fill it; a microcontroller with the `word64` feature has no cache to
+/// share and keeps the word's own alignment.
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug)]
+#[cfg_attr(target_pointer_width = "64", repr(align(64)))]
+pub struct CacheLine;
+
 mod sealed {
     pub trait Sealed {}
     impl Sealed for u32 {}
@@ -284,6 +296,7 @@ pub(crate) const fn unused_mark(bits: u32) -> u64 {
 impl Word for u32 {
     type Atomic = AtomicU32;
     const BITS: u32 = 32;
+    type Line = ();
     type Stored = Narrow;
     type Params<'a> = Unpacked;
     fn pack(params: &Layout) -> Option<Narrow> {
@@ -321,6 +334,7 @@ crate::with_word64! {
     impl Word for u64 {
         type Atomic = AtomicU64;
         const BITS: u32 = 64;
+        type Line = CacheLine;
         type Stored = Layout;
         type Params<'a> = &'a Layout;
         fn pack(params: &Layout) -> Option<Layout> {

@@ -313,6 +313,84 @@ pub fn line_up(path: Path, with_manual: bool) -> Vec<(&'static str, Box<dyn Chec
     all
 }
 
+// ---- neighbours: a limiter per thread, side by side ----
+
+/// A limiter on cache lines of its own, as the floor of neighbours: no limiter can do better
+/// than threads that share nothing.
+#[repr(align(128))]
+pub struct Padded<L>(pub L);
+
+impl<L: Limiter> Limiter for Padded<L> {
+    #[inline]
+    fn check(&self) -> bool {
+        self.0.check()
+    }
+}
+
+/// Limiters side by side in one allocation, as a `Vec` of per-tenant or per-core limiters holds
+/// them; each thread that runs it takes the next one, so that threads share no limiter, only
+/// whatever cache lines the limiters' layout makes them share.
+pub struct Neighbours<L> {
+    limiters: Vec<L>,
+    next: AtomicUsize,
+}
+
+impl<L: Limiter> Check for Neighbours<L> {
+    #[inline(never)]
+    fn run(&self, iters: u64) -> u64 {
+        let mine = &self.limiters[self.next.fetch_add(1, Ordering::Relaxed) % self.limiters.len()];
+        let mut granted = 0;
+        for _ in 0..iters {
+            granted += u64::from(black_box(mine).check());
+        }
+        granted
+    }
+}
+
+fn neighbours<L: Limiter + 'static>(count: usize, make: impl Fn() -> L) -> Box<dyn Check> {
+    Box::new(Neighbours {
+        limiters: (0..count).map(|_| make()).collect(),
+        next: AtomicUsize::new(0),
+    })
+}
+
+/// For each clock, `count` floors (padded), tollgate buckets and governor limiters, each set
+/// side by side, on the allow path, named as [`line_up`] names them.
+pub fn line_up_neighbours(count: usize) -> Vec<(&'static str, Box<dyn Check>)> {
+    let path = Path::Allow;
+    // One upkeep thread at a time: the limiters share one clock.
+    let upkeep = QuantaUpkeepClock::from_interval(CoarseClock::UPKEEP_INTERVAL).unwrap();
+    vec![
+        ("std/floor", neighbours(count, || Padded(floor(StdClock)))),
+        (
+            "std/tollgate",
+            neighbours(count, || tollgate(StdClock, path)),
+        ),
+        (
+            "std/governor-monotonic",
+            neighbours(count, || governor_with(MonotonicClock, path)),
+        ),
+        ("tsc/floor", neighbours(count, || Padded(floor(tsc())))),
+        ("tsc/tollgate", neighbours(count, || tollgate(tsc(), path))),
+        (
+            "tsc/governor-default",
+            neighbours(count, || governor_with(QuantaClock::default(), path)),
+        ),
+        (
+            "coarse/floor",
+            neighbours(count, || Padded(floor(coarse()))),
+        ),
+        (
+            "coarse/tollgate",
+            neighbours(count, || tollgate(coarse(), path)),
+        ),
+        (
+            "coarse/governor-upkeep",
+            neighbours(count, || governor_with(upkeep.clone(), path)),
+        ),
+    ]
+}
+
 /// Runs `iters` checks spread over `threads` threads released together, timed from the first
 /// thread's start to the last one's end (each thread reads the clock itself, so a main thread
 /// scheduled late cannot shorten the span). The threads meet at a spinning barrier, not a
