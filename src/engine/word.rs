@@ -260,13 +260,15 @@ crate::with_atomic128! {
     pub use wide::DefaultAdjustableWord;
 }
 
-/// The alignment of a bucket on the 64-bit word: one 64-byte cache line on a 64-bit host, where
-/// the word and its layout fill it; a microcontroller with the `word64` feature has no cache to
-/// share and keeps the word's own alignment.
-#[doc(hidden)]
-#[derive(Clone, Copy, Debug)]
-#[cfg_attr(target_pointer_width = "64", repr(align(64)))]
-pub struct CacheLine;
+crate::with_word64! {
+    /// The alignment of a bucket on the 64-bit word: one 64-byte cache line on a 64-bit host,
+    /// where the word and its layout fill it; a microcontroller with the `word64` feature has no
+    /// cache to share and keeps the word's own alignment.
+    #[doc(hidden)]
+    #[derive(Clone, Copy, Debug)]
+    #[cfg_attr(target_pointer_width = "64", repr(align(64)))]
+    pub struct CacheLine;
+}
 
 mod sealed {
     pub trait Sealed {}
