@@ -68,8 +68,8 @@ pub use pause::Pause;
 ///
 /// On a 64-bit host a bucket on the 64-bit word starts a cache line of its own: the word and
 /// its layout fill that line (the whole bucket, on a zero-sized clock), and a clock with state
-/// sits in the next one. So neither half a neighbour in an array nor the clock's fields share
-/// the line the word's compare-exchange moves between cores.
+/// sits in the next one. So no neighbour in an array, and none of the clock's fields, shares
+/// the line that the word's compare-exchange moves between cores.
 #[repr(C)]
 pub struct TokenBucket<C, W: Word = DefaultWord> {
     word: W::Atomic,
@@ -254,9 +254,9 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
             return Ok(());
         }
         // The clock first, then the bucket: the layout shares the word's cache line, and under
-        // contention every touch of that line before the compare-exchange is time for another
-        // core to take it back. Read after the layout, a clock read sat inside that window (on
-        // two threads with the coarse clock, 0.89-0.97 x governor's grants against 1.02-1.03).
+        // contention the time from the first touch of that line to the compare-exchange is time
+        // for another core to take it back. Read after the layout, the clock's read sat inside
+        // that window.
         let now = self.clock.now();
         let p = self.layout();
         let Some(cost) = p.cost_within(n) else {
