@@ -80,7 +80,9 @@ async fn waits_count_when_served_or_refused_and_a_wait_given_up_counts_nothing()
 
 #[test]
 fn blocking_waits_are_counted() {
-    let quota = Quota::new(Rate::per_second(1_000)).burst(1).start_empty();
+    // A token every 100 ms: the first acquire waits, and the second finds none, even on a
+    // machine busy enough to delay this thread by a millisecond or more between the calls.
+    let quota = Quota::new(Rate::per_second(10)).burst(1).start_empty();
     let counters = Counters::new();
     let gate = Counted::new(
         TokenBucket::try_new(quota, tollgate::StdClock).unwrap(),

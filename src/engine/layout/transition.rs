@@ -92,33 +92,32 @@ impl Layout {
         };
         match taken {
             Ok(word) => Ok((word, ())),
-            Err(short) => Err(Denied::Insufficient {
-                retry_after: ticks_to_duration_ceil::<C>(self.ticks_until(now_ticks, short)),
-            }),
+            Err(short) => Err(self.insufficient::<C>(now_ticks, short)),
         }
     }
 
-    /// [`take`](Self::take) without debt on the 64-bit word, in the fewest steps: `Ok(new word)`, or
-    /// `Err(units short)`. With `d = now - word` modulo the word, the bucket holds enough
-    /// exactly when `cost <= d < negative_from` (a `d` at or past `negative_from` is a debt or
-    /// a clock stepped back), which is one unsigned comparison of `d - cost` against
-    /// `negative_from - cost` (the ceiling, at least `cost`, is below `negative_from`). A
-    /// denial then costs a subtraction and a comparison past the word's load, and a grant one
-    /// minimum and a subtraction more.
+    /// The denial of a take `short` units short at `now_ticks`.
+    #[inline]
+    pub(crate) fn insufficient<C: Clock + ?Sized>(&self, now_ticks: u64, short: u64) -> Denied {
+        Denied::Insufficient {
+            retry_after: ticks_to_duration_ceil::<C>(self.ticks_until(now_ticks, short)),
+        }
+    }
+
+    /// The fields a take without debt on the 64-bit word reads, by value: see [`WideTake`].
+    #[inline]
+    pub(crate) fn wide_take(&self) -> WideTake {
+        WideTake {
+            modulus: self.modulus,
+            negative_from: self.negative_from,
+            ceiling_units: self.ceiling_units,
+        }
+    }
+
+    /// [`WideTake::take`] on this layout.
     #[inline]
     fn take_whole_wide(&self, word: u64, now_units: u64, cost: u64) -> Result<u64, u64> {
-        debug_assert!(cost <= self.ceiling_units && self.ceiling_units < self.negative_from);
-        let d = self.sub(now_units, word);
-        if d.wrapping_sub(cost) >= self.negative_from - cost {
-            // cost - level < 2^62 + 2^63: it fits in a u64 even when the word is far ahead.
-            let level = self.elapsed(now_units, word);
-            return Err((cost as i64).wrapping_sub(level) as u64);
-        }
-        // The level is `d`, or the ceiling for a bucket full since before now.
-        let level = d.min(self.ceiling_units);
-        let new = self.sub(now_units, level - cost);
-        // `keep` with the 64-bit word's mark a constant, not chosen at run time.
-        Ok(new + u64::from(new == crate::engine::word::unused_mark(64)))
+        self.wide_take().take(word, now_units, cost)
     }
 
     /// Reserves `cost` units at `now_ticks` (`now_units` in units) if they fall due within
@@ -325,12 +324,7 @@ impl Layout {
     /// `negative_from` read as negative.
     #[inline]
     pub(crate) fn elapsed(&self, to: u64, from: u64) -> i64 {
-        let d = self.sub(to, from);
-        if d >= self.negative_from {
-            d.wrapping_sub(self.modulus) as i64
-        } else {
-            d as i64
-        }
+        self.wide_take().elapsed(to, from)
     }
 
     /// Never stores the never-used mark: one unit later instead, which grants nothing extra.
@@ -349,9 +343,7 @@ impl Layout {
     /// `a - b` modulo the word, for `a, b` below it.
     #[inline]
     fn sub(&self, a: u64, b: u64) -> u64 {
-        let (d, borrow) = a.overflowing_sub(b);
-        // The modulus or nothing, added without a branch (on the 64-bit word it is 0 anyway).
-        d.wrapping_add(if borrow { self.modulus } else { 0 })
+        self.wide_take().sub(a, b)
     }
 
     /// `a + b` modulo the word, for `a, b` below it.
@@ -437,5 +429,66 @@ impl Layout {
             return None;
         }
         self.restored(word, now_units, restore as u64)
+    }
+}
+
+/// The three fields of a layout that a take without debt on the 64-bit word reads (and the
+/// ring arithmetic that needs only them), held by value. A compare-exchange loop that holds
+/// them in registers reads nothing of the bucket's line but the word between two tries. One
+/// that reads them from the layout reads them again after every failed compare-exchange: the
+/// layout lies beside an atomic, and the compiler may not assume memory next to an atomic
+/// unchanged across an atomic operation.
+#[derive(Clone, Copy)]
+pub(crate) struct WideTake {
+    modulus: u64,
+    negative_from: u64,
+    ceiling_units: u64,
+}
+
+impl WideTake {
+    /// A take without debt on the 64-bit word, in the fewest steps: `Ok(new word)`, or
+    /// `Err(units short)`. With `d = now - word` modulo the word, the bucket holds enough
+    /// exactly when `cost <= d < negative_from` (a `d` at or past `negative_from` is a debt or
+    /// a clock stepped back), which is one unsigned comparison of `d - cost` against
+    /// `negative_from - cost` (the ceiling, at least `cost`, is below `negative_from`). A
+    /// denial then costs a subtraction and a comparison past the word's load, and a grant one
+    /// minimum and a subtraction more.
+    #[inline]
+    pub(crate) fn take(self, word: u64, now_units: u64, cost: u64) -> Result<u64, u64> {
+        debug_assert!(cost <= self.ceiling_units && self.ceiling_units < self.negative_from);
+        let d = self.sub(now_units, word);
+        if d.wrapping_sub(cost) >= self.negative_from - cost {
+            // cost - level < 2^62 + 2^63: it fits in a u64 even when the word is far ahead.
+            return Err((cost as i64).wrapping_sub(self.signed(d)) as u64);
+        }
+        // The level is `d`, or the ceiling for a bucket full since before now.
+        let level = d.min(self.ceiling_units);
+        let new = self.sub(now_units, level - cost);
+        // `keep` with the 64-bit word's mark a constant, not chosen at run time.
+        Ok(new + u64::from(new == crate::engine::word::unused_mark(64)))
+    }
+
+    /// Units from `from` to `to`, negative when `from` is ahead ([`Layout::elapsed`]).
+    #[inline]
+    fn elapsed(self, to: u64, from: u64) -> i64 {
+        self.signed(self.sub(to, from))
+    }
+
+    /// A difference modulo the word read as signed: at or above `negative_from`, negative.
+    #[inline]
+    fn signed(self, d: u64) -> i64 {
+        if d >= self.negative_from {
+            d.wrapping_sub(self.modulus) as i64
+        } else {
+            d as i64
+        }
+    }
+
+    /// `a - b` modulo the word, for `a, b` below it.
+    #[inline]
+    fn sub(self, a: u64, b: u64) -> u64 {
+        let (d, borrow) = a.overflowing_sub(b);
+        // The modulus or nothing, added without a branch (on the 64-bit word it is 0 anyway).
+        d.wrapping_add(if borrow { self.modulus } else { 0 })
     }
 }
