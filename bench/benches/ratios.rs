@@ -5,7 +5,9 @@
 //! `cargo bench --bench ratios` (`-- 41` for the rounds; 31 by default). Then the same limiters
 //! shared by two threads: million checks per second, the floor there being the most a shared
 //! word can take (clock, load, compare-exchange). Last, two threads on a limiter each, the two
-//! side by side in memory as a `Vec` holds them: what they share is cache lines only.
+//! side by side in memory as a `Vec` holds them: what they share is cache lines only. The two
+//! threaded tables also give tollgate's ratio to governor round by round (median and quartiles):
+//! contended figures move by a tenth from run to run, and a round's two figures move together.
 //!
 //! The floor is what no limiter on that clock can beat: the clock's read (for the TSC, quanta's
 //! raw counter scaled to nanoseconds), one load and one compare-exchange.
@@ -53,6 +55,18 @@ fn medians_of(
     rounds: usize,
     measure: impl Fn(&dyn Check) -> f64,
 ) -> Vec<(&'static str, f64)> {
+    samples_of(all, rounds, measure)
+        .into_iter()
+        .map(|(name, xs)| (name, median(xs)))
+        .collect()
+}
+
+/// Every round's figure by name for every limiter of `all` of `measure`, in interleaved rounds.
+fn samples_of(
+    all: Vec<(&'static str, Box<dyn Check>)>,
+    rounds: usize,
+    measure: impl Fn(&dyn Check) -> f64,
+) -> Vec<(&'static str, Vec<f64>)> {
     for (_, limiter) in &all {
         measure(&**limiter); // warm-up
     }
@@ -62,10 +76,50 @@ fn medians_of(
             samples[i].push(measure(&**limiter));
         }
     }
-    all.iter()
-        .zip(samples)
-        .map(|((name, _), xs)| (*name, median(xs)))
-        .collect()
+    all.iter().map(|(name, _)| *name).zip(samples).collect()
+}
+
+/// `ours ÷ theirs` round by round, the two measured in the same round one after the other: its
+/// median and quartiles. A slow spell of a shared machine moves both figures of a round alike,
+/// so this moves less from run to run than the ratio of the two medians, which may come from
+/// different rounds.
+fn paired(ours: &[f64], theirs: &[f64]) -> (f64, f64, f64) {
+    let mut ratios: Vec<f64> = ours.iter().zip(theirs).map(|(a, b)| a / b).collect();
+    ratios.sort_by(f64::total_cmp);
+    let at = |q: usize| ratios[(ratios.len() - 1) * q / 4];
+    (at(1), at(2), at(3))
+}
+
+/// The rows of a table of `threads` threads, million checks per second, from every round's
+/// figure of the limiters of `all`: medians, their ratio and the ratio round by round.
+fn print_threaded(
+    all: Vec<(&'static str, Box<dyn Check>)>,
+    rounds: usize,
+    threads: usize,
+    path: &str,
+) {
+    let samples = samples_of(all, rounds, |limiter| million_per_second(limiter, threads));
+    let medians: Vec<(&'static str, f64)> = samples
+        .iter()
+        .map(|(name, xs)| (*name, median(xs.clone())))
+        .collect();
+    let get = |name: &str| {
+        samples
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, xs)| xs.as_slice())
+            .unwrap()
+    };
+    for (clock, floor, ours, theirs, peer) in rows(&medians, false) {
+        let (q1, mid, q3) = paired(
+            get(&format!("{clock}/tollgate")),
+            get(&format!("{clock}/{peer}")),
+        );
+        println!(
+            "| {clock}, {path} | {floor:.1} | {ours:.1} | {theirs:.1} ({peer}) | {:.2} | {mid:.2} ({q1:.2}–{q3:.2}) |",
+            ours / theirs,
+        );
+    }
 }
 
 /// Each clock with the governor beside it on the same clock class.
@@ -135,19 +189,12 @@ fn main() {
          medians of {rounds} interleaved rounds"
     );
     println!();
-    println!("| path | floor | tollgate | governor | tollgate ÷ governor |");
-    println!("|---|---|---|---|---|");
+    println!(
+        "| path | floor | tollgate | governor | tollgate ÷ governor | round by round: median (quartiles) |"
+    );
+    println!("|---|---|---|---|---|---|");
     for path in [Path::Allow, Path::Deny] {
-        let m = medians(path, rounds, false, |limiter| {
-            million_per_second(limiter, threads)
-        });
-        for (clock, floor, ours, theirs, peer) in rows(&m, false) {
-            println!(
-                "| {clock}, {} | {floor:.1} | {ours:.1} | {theirs:.1} ({peer}) | {:.2} |",
-                path.name(),
-                ours / theirs,
-            );
-        }
+        print_threaded(line_up(path, false), rounds, threads, path.name());
     }
     // Two threads, a limiter each, the two side by side in one allocation: they share no
     // limiter, only the cache lines their layout puts them on.
@@ -157,15 +204,9 @@ fn main() {
          second (more is better; the floor: padded apart), medians of {rounds} interleaved rounds"
     );
     println!();
-    println!("| path | floor | tollgate | governor | tollgate ÷ governor |");
-    println!("|---|---|---|---|---|");
-    let m = medians_of(line_up_neighbours(threads), rounds, |limiters| {
-        million_per_second(limiters, threads)
-    });
-    for (clock, floor, ours, theirs, peer) in rows(&m, false) {
-        println!(
-            "| {clock}, allow | {floor:.1} | {ours:.1} | {theirs:.1} ({peer}) | {:.2} |",
-            ours / theirs,
-        );
-    }
+    println!(
+        "| path | floor | tollgate | governor | tollgate ÷ governor | round by round: median (quartiles) |"
+    );
+    println!("|---|---|---|---|---|---|");
+    print_threaded(line_up_neighbours(threads), rounds, threads, "allow");
 }

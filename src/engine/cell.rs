@@ -27,10 +27,10 @@ impl<'a, W: Word> WordCell<'a, W> {
             // What the take reads of the layout, read once before the loop. Under contention a
             // compare-exchange loses to another core's and the next try follows at once, on the
             // line that the lost compare-exchange brought in for writing: every step it takes
-            // before its own compare-exchange is time for the other core to take the line back.
-            // (Two threads on one bucket on the coarse clock, against governor's grants per
-            // second: 0.80 to 0.99 reading the layout on every try, 0.99 to 1.17 holding it.)
-            // The 32-bit word's layout is a copy in registers or on the stack already.
+            // before its own compare-exchange is time for the other core to take the line back,
+            // and a read of the layout after each lost compare-exchange was such a step (see
+            // `WideTake`). The 32-bit word's layout is a copy in registers or on the stack
+            // already.
             let take = self.params.wide_take();
             return self.update(now_ticks, |word, now_units| {
                 match take.take(word, now_units, cost) {
