@@ -324,12 +324,7 @@ impl Layout {
     /// `negative_from` read as negative.
     #[inline]
     pub(crate) fn elapsed(&self, to: u64, from: u64) -> i64 {
-        let d = self.sub(to, from);
-        if d >= self.negative_from {
-            d.wrapping_sub(self.modulus) as i64
-        } else {
-            d as i64
-        }
+        self.wide_take().elapsed(to, from)
     }
 
     /// Never stores the never-used mark: one unit later instead, which grants nothing extra.
@@ -348,9 +343,7 @@ impl Layout {
     /// `a - b` modulo the word, for `a, b` below it.
     #[inline]
     fn sub(&self, a: u64, b: u64) -> u64 {
-        let (d, borrow) = a.overflowing_sub(b);
-        // The modulus or nothing, added without a branch (on the 64-bit word it is 0 anyway).
-        d.wrapping_add(if borrow { self.modulus } else { 0 })
+        self.wide_take().sub(a, b)
     }
 
     /// `a + b` modulo the word, for `a, b` below it.
@@ -439,12 +432,12 @@ impl Layout {
     }
 }
 
-/// What a take without debt on the 64-bit word reads of its layout, held by value. A
-/// compare-exchange loop that keeps these in registers reads nothing of the bucket's line but
-/// the word between two tries; one that reads them from the layout reads them again after
-/// every failed compare-exchange (the layout shares its line with an atomic, so nothing lets
-/// the compiler keep them), and under contention that read can miss the line the failed
-/// compare-exchange had just brought in.
+/// The three fields of a layout that a take without debt on the 64-bit word reads (and the
+/// ring arithmetic that needs only them), held by value. A compare-exchange loop that holds
+/// them in registers reads nothing of the bucket's line but the word between two tries. One
+/// that reads them from the layout reads them again after every failed compare-exchange: the
+/// layout lies beside an atomic, in memory the compiler does not treat as unchanging, and it
+/// does not carry such fields in registers across an atomic operation.
 #[derive(Clone, Copy)]
 pub(crate) struct WideTake {
     modulus: u64,
@@ -465,14 +458,8 @@ impl WideTake {
         debug_assert!(cost <= self.ceiling_units && self.ceiling_units < self.negative_from);
         let d = self.sub(now_units, word);
         if d.wrapping_sub(cost) >= self.negative_from - cost {
-            // The level, read as signed (`Layout::elapsed`).
-            let level = if d >= self.negative_from {
-                d.wrapping_sub(self.modulus) as i64
-            } else {
-                d as i64
-            };
             // cost - level < 2^62 + 2^63: it fits in a u64 even when the word is far ahead.
-            return Err((cost as i64).wrapping_sub(level) as u64);
+            return Err((cost as i64).wrapping_sub(self.signed(d)) as u64);
         }
         // The level is `d`, or the ceiling for a bucket full since before now.
         let level = d.min(self.ceiling_units);
@@ -481,10 +468,27 @@ impl WideTake {
         Ok(new + u64::from(new == crate::engine::word::unused_mark(64)))
     }
 
-    /// `a - b` modulo the word, as `Layout::sub`.
+    /// Units from `from` to `to`, negative when `from` is ahead ([`Layout::elapsed`]).
+    #[inline]
+    fn elapsed(self, to: u64, from: u64) -> i64 {
+        self.signed(self.sub(to, from))
+    }
+
+    /// A difference modulo the word read as signed: at or above `negative_from`, negative.
+    #[inline]
+    fn signed(self, d: u64) -> i64 {
+        if d >= self.negative_from {
+            d.wrapping_sub(self.modulus) as i64
+        } else {
+            d as i64
+        }
+    }
+
+    /// `a - b` modulo the word, for `a, b` below it.
     #[inline]
     fn sub(self, a: u64, b: u64) -> u64 {
         let (d, borrow) = a.overflowing_sub(b);
+        // The modulus or nothing, added without a branch (on the 64-bit word it is 0 anyway).
         d.wrapping_add(if borrow { self.modulus } else { 0 })
     }
 }
