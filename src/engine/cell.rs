@@ -33,10 +33,8 @@ impl<'a, W: Word> WordCell<'a, W> {
             // already.
             let take = self.params.wide_take();
             return self.update(now_ticks, |word, now_units| {
-                match take.take(word, now_units, cost) {
-                    Ok(new) => Ok((new, ())),
-                    Err(short) => Err(self.params.insufficient::<C>(now_ticks, short)),
-                }
+                self.params
+                    .answer::<C>(take.take(word, now_units, cost), now_ticks)
             });
         }
         self.update(now_ticks, |word, now_units| {
@@ -141,25 +139,16 @@ impl<'a, W: Word> WordCell<'a, W> {
         mut transition: impl FnMut(u64, u64) -> Result<(u64, T), E>,
     ) -> Result<T, E> {
         let now_units = self.units_at(now_ticks);
-        let mut word = self.current(now_units);
+        let mut word = W::load(self.word);
+        if word == Self::UNUSED {
+            word = Self::first_use(self.word, self.params.fresh(now_units));
+        }
         loop {
             let (new, out) = transition(word, now_units)?;
             match self.land(word, new) {
                 Ok(()) => return Ok(out),
                 Err(actual) => word = actual,
             }
-        }
-    }
-
-    /// The word to start a driver's tries from at `now_units`: the word, or the start fill
-    /// written now at its first use.
-    #[inline]
-    fn current(&self, now_units: u64) -> u64 {
-        let word = W::load(self.word);
-        if word == Self::UNUSED {
-            Self::first_use(self.word, self.params.fresh(now_units))
-        } else {
-            word
         }
     }
 

@@ -86,21 +86,26 @@ impl Layout {
         // The 64-bit word takes the shortest path; on the 32-bit word, whose 64-bit arithmetic is
         // two instructions a step on a 32-bit core, the general take is the smaller code.
         let taken = if W::BITS == 64 {
-            self.take_whole_wide(word, now_units, cost)
+            self.wide_take().take(word, now_units, cost)
         } else {
             self.take(word, now_units, cost, 0).map(|(word, _)| word)
         };
-        match taken {
-            Ok(word) => Ok((word, ())),
-            Err(short) => Err(self.insufficient::<C>(now_ticks, short)),
-        }
+        self.answer::<C>(taken, now_ticks)
     }
 
-    /// The denial of a take `short` units short at `now_ticks`.
+    /// A take's answer from `Ok(new word)` or `Err(units short)` at `now_ticks`: the new word,
+    /// or the denial with its wait.
     #[inline]
-    pub(crate) fn insufficient<C: Clock + ?Sized>(&self, now_ticks: u64, short: u64) -> Denied {
-        Denied::Insufficient {
-            retry_after: ticks_to_duration_ceil::<C>(self.ticks_until(now_ticks, short)),
+    pub(crate) fn answer<C: Clock + ?Sized>(
+        &self,
+        taken: Result<u64, u64>,
+        now_ticks: u64,
+    ) -> Result<(u64, ()), Denied> {
+        match taken {
+            Ok(word) => Ok((word, ())),
+            Err(short) => Err(Denied::Insufficient {
+                retry_after: ticks_to_duration_ceil::<C>(self.ticks_until(now_ticks, short)),
+            }),
         }
     }
 
@@ -112,12 +117,6 @@ impl Layout {
             negative_from: self.negative_from,
             ceiling_units: self.ceiling_units,
         }
-    }
-
-    /// [`WideTake::take`] on this layout.
-    #[inline]
-    fn take_whole_wide(&self, word: u64, now_units: u64, cost: u64) -> Result<u64, u64> {
-        self.wide_take().take(word, now_units, cost)
     }
 
     /// Reserves `cost` units at `now_ticks` (`now_units` in units) if they fall due within
@@ -488,7 +487,7 @@ impl WideTake {
     #[inline]
     fn sub(self, a: u64, b: u64) -> u64 {
         let (d, borrow) = a.overflowing_sub(b);
-        // The modulus or nothing, added without a branch (on the 64-bit word it is 0 anyway).
+        // The modulus or nothing, added without a branch (0 where the modulus is 2^64).
         d.wrapping_add(if borrow { self.modulus } else { 0 })
     }
 }
