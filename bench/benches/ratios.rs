@@ -2,7 +2,11 @@
 //! governor on each clock, measured in interleaved rounds (every limiter once a round, in turn)
 //! and reported as medians, so that a shared machine's slow spells fall on all of them alike.
 //!
-//! `cargo bench --bench ratios` (`-- 41` for the rounds; 31 by default). Then the same limiters
+//! `cargo bench --bench ratios` (`-- 41` for the rounds; 31 by default). The denials then again
+//! beside their own floor (the clock's read, one load, one compare: a denial writes nothing),
+//! and read for their wait, as a 429 with `Retry-After` reads it (tollgate's `retry_after()`;
+//! governor's denial holds the instant it is ready, so `wait_time_from` a fresh reading). Then
+//! the same limiters
 //! shared by two threads: million checks per second, the floor there being the most a shared
 //! word can take (clock, load, compare-exchange). Last, two threads on a limiter each, the two
 //! side by side in memory as a `Vec` holds them: what they share is cache lines only. The two
@@ -17,7 +21,9 @@ mod common;
 use std::hint::black_box;
 use std::time::Instant;
 
-use common::{line_up, line_up_neighbours, time_on_threads, Check, Path};
+use common::{
+    line_up, line_up_deny_floors, line_up_neighbours, line_up_waits, time_on_threads, Check, Path,
+};
 
 /// Checks per timing: long enough to dwarf `Instant::now()`, short enough for many rounds.
 const CHECKS: u64 = 200_000;
@@ -37,16 +43,6 @@ fn million_per_second(limiter: &dyn Check, threads: usize) -> f64 {
 fn median(mut xs: Vec<f64>) -> f64 {
     xs.sort_by(f64::total_cmp);
     xs[xs.len() / 2]
-}
-
-/// Medians by name for every limiter on `path` of `measure`, in interleaved rounds.
-fn medians(
-    path: Path,
-    rounds: usize,
-    with_manual: bool,
-    measure: impl Fn(&dyn Check) -> f64,
-) -> Vec<(&'static str, f64)> {
-    medians_of(line_up(path, with_manual), rounds, measure)
 }
 
 /// Medians by name for every limiter of `all` of `measure`, in interleaved rounds.
@@ -157,8 +153,16 @@ fn main() {
     println!();
     println!("| path | floor | tollgate | governor | tollgate ÷ floor | tollgate ÷ governor |");
     println!("|---|---|---|---|---|---|");
+    let mut deny_floors = Vec::new();
     for path in [Path::Allow, Path::Deny] {
-        let m = medians(path, rounds, true, ns_per_check);
+        let mut all = line_up(path, true);
+        if path == Path::Deny {
+            all.extend(line_up_deny_floors());
+        }
+        let m = medians_of(all, rounds, ns_per_check);
+        if path == Path::Deny {
+            deny_floors = m.clone();
+        }
         for (clock, floor, ours, theirs, peer) in rows(&m, true) {
             println!(
                 "| {clock}, {} | {floor:.1} | {ours:.1} | {theirs:.1} ({peer}) | {:.2} | {:.2} |",
@@ -179,6 +183,59 @@ fn main() {
             "| coarse, {} | | {coarse:.1} | {default:.1} (default) | | {:.2} |",
             path.name(),
             coarse / default
+        );
+    }
+    // The denials beside what no denial can beat: the clock's read, one load, one compare.
+    let get = |name: &str| {
+        deny_floors
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, ns)| *ns)
+            .unwrap()
+    };
+    println!();
+    println!(
+        "Denied, beside the denial's floor (the clock's read, one load, one compare), ns per \
+         check, the same rounds"
+    );
+    println!();
+    println!(
+        "| clock | denial floor | tollgate | governor | tollgate ÷ floor | governor ÷ floor |"
+    );
+    println!("|---|---|---|---|---|---|");
+    for (clock, peer) in PEERS {
+        let floor = get(&format!("{clock}/deny-floor"));
+        let (ours, theirs) = (get(&format!("{clock}/tollgate")), get(peer));
+        println!(
+            "| {clock} | {floor:.1} | {ours:.1} | {theirs:.1} ({}) | {:.2} | {:.2} |",
+            peer.split('/').nth(1).unwrap(),
+            ours / floor,
+            theirs / floor
+        );
+    }
+    // A denial read for its wait, as a 429 with `Retry-After` reads it.
+    let waits = medians_of(line_up_waits(), rounds, ns_per_check);
+    let get = |name: &str| {
+        waits
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, ns)| *ns)
+            .unwrap()
+    };
+    println!();
+    println!(
+        "Denied and the wait read (`retry_after()`; governor: `wait_time_from(clock.now())`), \
+         ns per check, one thread, medians of {rounds} interleaved rounds"
+    );
+    println!();
+    println!("| clock | tollgate | governor | tollgate ÷ governor |");
+    println!("|---|---|---|---|");
+    for (clock, peer) in PEERS {
+        let (ours, theirs) = (get(&format!("{clock}/tollgate")), get(peer));
+        println!(
+            "| {clock} | {ours:.1} | {theirs:.1} ({}) | {:.2} |",
+            peer.split('/').nth(1).unwrap(),
+            ours / theirs
         );
     }
     // Two threads on one bucket: the word's cache line moves between the cores on every grant.

@@ -248,7 +248,7 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
     ///
     /// Never waits. `n = 0` always succeeds; `n` above the burst is
     /// [`Denied::ExceedsCapacity`] at once. A denial takes nothing.
-    #[inline]
+    #[inline(always)]
     pub fn try_acquire(&self, n: u32) -> Result<(), Denied> {
         if n == 0 {
             return Ok(());

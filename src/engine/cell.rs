@@ -17,7 +17,7 @@ pub(crate) struct WordCell<'a, W: Word> {
 impl<'a, W: Word> WordCell<'a, W> {
     /// Takes `cost` units at `now_ticks` without debt, or says how long until it could: the
     /// whole of `try_acquire`, on any word.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn try_take<C: Clock + ?Sized>(
         &self,
         now_ticks: u64,
@@ -132,7 +132,7 @@ impl<'a, W: Word> WordCell<'a, W> {
 
     /// The CAS driver: runs `transition(word, now_units)` against the current word until the
     /// compare-exchange lands, or returns its error without writing.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn update<T, E>(
         &self,
         now_ticks: u64,

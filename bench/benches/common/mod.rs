@@ -107,6 +107,37 @@ pub fn floor<C: Clock + Sync>(clock: C) -> Floor<C> {
     }
 }
 
+/// What no denial on this clock can beat: read the clock, load one word, compare.
+pub struct DenyFloor<C> {
+    word: AtomicU64,
+    clock: C,
+}
+
+impl<C: Clock + Sync> Limiter for DenyFloor<C> {
+    #[inline]
+    fn check(&self) -> bool {
+        self.clock.now() > self.word.load(Ordering::Relaxed)
+    }
+}
+
+/// The denial floor on each clock, named `{clock}/deny-floor`.
+pub fn line_up_deny_floors() -> Vec<(&'static str, Box<dyn Check>)> {
+    fn deny_floor<C: Clock + Sync + 'static>(clock: C) -> Box<dyn Check> {
+        // Always later than any reading: every check denies.
+        Box::new(DenyFloor {
+            word: AtomicU64::new(u64::MAX),
+            clock,
+        })
+    }
+    let clock: &'static ManualClock = Box::leak(Box::new(ManualClock::starting_at(1 << 40)));
+    vec![
+        ("manual/deny-floor", deny_floor(clock)),
+        ("std/deny-floor", deny_floor(StdClock)),
+        ("tsc/deny-floor", deny_floor(tsc())),
+        ("coarse/deny-floor", deny_floor(coarse())),
+    ]
+}
+
 // ---- a mutex around f64 tokens, as the design documents build it ----
 
 /// The thirty-line bucket: tokens as `f64`, refilled lazily under a lock.
@@ -311,6 +342,89 @@ pub fn line_up(path: Path, with_manual: bool) -> Vec<(&'static str, Box<dyn Chec
         )),
     ));
     all
+}
+
+// ---- the wait read: what a 429 needs ----
+
+/// A limiter whose denial is read for its wait, as a server answering 429 with `Retry-After`
+/// reads it: tollgate's `retry_after`, governor's `wait_time_from` a fresh reading of its clock
+/// (its denial holds the instant the cell is ready, not the wait).
+pub trait Waits: Sync {
+    /// Takes one token now, or says how long until it could.
+    fn wait(&self) -> Option<Duration>;
+}
+
+impl<C: Clock + Sync> Waits for TokenBucket<C> {
+    #[inline]
+    fn wait(&self) -> Option<Duration> {
+        self.try_acquire(1)
+            .err()
+            .and_then(|denied| denied.retry_after())
+    }
+}
+
+impl<C> Waits for Governor<C>
+where
+    C: governor::clock::Clock + Sync + Send,
+    C::Instant: Sync + Send,
+{
+    #[inline]
+    fn wait(&self) -> Option<Duration> {
+        governor::RateLimiter::check(self)
+            .err()
+            .map(|not_until| not_until.wait_time_from(self.clock().now()))
+    }
+}
+
+/// A [`Waits`] limiter run as a [`Check`]: each check reads the wait of its denial.
+pub struct ReadWait<L>(pub L);
+
+impl<L: Waits> Check for ReadWait<L> {
+    #[inline(never)]
+    fn run(&self, iters: u64) -> u64 {
+        let mut waited = 0;
+        for _ in 0..iters {
+            waited += black_box(&self.0)
+                .wait()
+                .map_or(0, |wait| wait.as_nanos() as u64 & 1);
+        }
+        waited
+    }
+}
+
+/// tollgate and governor on each clock, drained, each check reading the denial's wait: named
+/// as [`line_up`] names them.
+pub fn line_up_waits() -> Vec<(&'static str, Box<dyn Check>)> {
+    let path = Path::Deny;
+    let clock: &'static ManualClock = Box::leak(Box::new(ManualClock::starting_at(1 << 40)));
+    vec![
+        ("manual/tollgate", Box::new(ReadWait(tollgate(clock, path)))),
+        (
+            "manual/governor-fake",
+            Box::new(ReadWait(governor_with(FakeRelativeClock::default(), path))),
+        ),
+        ("std/tollgate", Box::new(ReadWait(tollgate(StdClock, path)))),
+        (
+            "std/governor-monotonic",
+            Box::new(ReadWait(governor_with(MonotonicClock, path))),
+        ),
+        ("tsc/tollgate", Box::new(ReadWait(tollgate(tsc(), path)))),
+        (
+            "tsc/governor-default",
+            Box::new(ReadWait(governor_with(QuantaClock::default(), path))),
+        ),
+        (
+            "coarse/tollgate",
+            Box::new(ReadWait(tollgate(coarse(), path))),
+        ),
+        (
+            "coarse/governor-upkeep",
+            Box::new(ReadWait(governor_with(
+                QuantaUpkeepClock::from_interval(CoarseClock::UPKEEP_INTERVAL).unwrap(),
+                path,
+            ))),
+        ),
+    ]
 }
 
 // ---- neighbours: a limiter per thread, side by side ----

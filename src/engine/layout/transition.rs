@@ -250,6 +250,13 @@ impl Layout {
     /// caller that words the denial itself, off its hot path.
     #[inline]
     pub(crate) fn cost_within(&self, n: u32) -> Option<u64> {
+        if n == 1 {
+            // One token always fits: a layout holds a burst of at least one token, and its
+            // ceiling is at least its burst. A constant `n` of 1, the common call, reads no
+            // ceiling and compares nothing.
+            debug_assert!(self.units_per_token.get() <= self.ceiling_units);
+            return Some(self.units_per_token.get());
+        }
         match u64::from(n).checked_mul(self.units_per_token.get()) {
             Some(cost) if cost <= self.ceiling_units => Some(cost),
             _ => None,
