@@ -248,6 +248,10 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
     ///
     /// Never waits. `n = 0` always succeeds; `n` above the burst is
     /// [`Denied::ExceedsCapacity`] at once. A denial takes nothing.
+    // Inlined into every caller, with the take and its loop: an `#[inline]` function called
+    // from more than one place is left a call, and then a denial builds the whole of its
+    // `retry_after` for a caller that reads only whether it was granted. Inlined, the
+    // compiler drops what is not read.
     #[inline(always)]
     pub fn try_acquire(&self, n: u32) -> Result<(), Denied> {
         if n == 0 {

@@ -16,7 +16,7 @@ pub(crate) struct WordCell<'a, W: Word> {
 
 impl<'a, W: Word> WordCell<'a, W> {
     /// Takes `cost` units at `now_ticks` without debt, or says how long until it could: the
-    /// whole of `try_acquire`, on any word.
+    /// whole of `try_acquire`, on any word. Always inlined, as `try_acquire` is.
     #[inline(always)]
     pub(crate) fn try_take<C: Clock + ?Sized>(
         &self,
@@ -131,7 +131,8 @@ impl<'a, W: Word> WordCell<'a, W> {
     }
 
     /// The CAS driver: runs `transition(word, now_units)` against the current word until the
-    /// compare-exchange lands, or returns its error without writing.
+    /// compare-exchange lands, or returns its error without writing. Always inlined, so that
+    /// `try_acquire` is.
     #[inline(always)]
     pub(crate) fn update<T, E>(
         &self,
