@@ -193,6 +193,64 @@ fn a_const_bucket_applies_its_start_fill_at_first_use() {
     assert_eq!(GATE.try_acquire(1), Ok(()));
 }
 
+/// A `const`-built bucket on either word, first used by a grant, by a request above its burst,
+/// and by threads racing for its first use on a frozen clock: the start fill is written once,
+/// whoever writes it, and not a token more is granted.
+#[test]
+fn a_const_bucket_on_either_word_fills_once_whoever_uses_it_first() {
+    macro_rules! on_word {
+        ($word:ty) => {{
+            let quota = Quota::new(Rate::per_second(10)).burst(5);
+            let clock = ManualClock::starting_at(7_000 * MS);
+            // The first use a grant of more than one token.
+            let bucket = TokenBucket::<_, $word>::new_with_word(quota, &clock);
+            assert_eq!(bucket.try_acquire(2), Ok(()));
+            assert_eq!(bucket.try_acquire(3), Ok(()));
+            // A tenth of a second, as the word reads the clock: the 32-bit word reads it in
+            // units of about a microsecond, and its first reading is rounded down to one.
+            let wait = bucket.try_acquire(1).unwrap_err().retry_after().unwrap();
+            let tenth = Duration::from_millis(100);
+            assert!(
+                wait <= tenth && wait + bucket.resolution() > tenth,
+                "{} word: {wait:?}",
+                stringify!($word)
+            );
+            clock.advance(wait - Duration::from_nanos(1));
+            assert!(bucket.try_acquire(1).is_err());
+            clock.advance(Duration::from_nanos(1));
+            assert_eq!(bucket.try_acquire(1), Ok(()));
+            // The first use a request that can never fit: the fill is still written once.
+            let bucket = TokenBucket::<_, $word>::new_with_word(quota, &clock);
+            assert_eq!(
+                bucket.try_acquire(6),
+                Err(Denied::ExceedsCapacity { burst: 5 })
+            );
+            assert_eq!(bucket.available(), 5);
+            clock.advance(Duration::from_secs(3));
+            assert_eq!(bucket.available(), 5);
+            // Threads racing for the first use of fresh buckets: exactly the burst, each time.
+            for round in 0..2_000 {
+                let bucket = TokenBucket::<_, $word>::new_with_word(quota, &clock);
+                let barrier = Barrier::new(4);
+                let granted: u32 = thread::scope(|s| {
+                    let racers: Vec<_> = (0..4)
+                        .map(|_| {
+                            s.spawn(|| {
+                                barrier.wait();
+                                (0..3).filter(|_| bucket.try_acquire(1).is_ok()).count() as u32
+                            })
+                        })
+                        .collect();
+                    racers.into_iter().map(|r| r.join().unwrap()).sum()
+                });
+                assert_eq!(granted, 5, "{} word, round {round}", stringify!($word));
+            }
+        }};
+    }
+    on_word!(u32);
+    on_word!(u64);
+}
+
 #[test]
 fn reservations_queue_in_arrival_order() {
     let clock = ManualClock::new();

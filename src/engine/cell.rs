@@ -31,8 +31,15 @@ impl<'a, W: Word> WordCell<'a, W> {
             // and a read of the layout after each lost compare-exchange was such a step (see
             // `WideTake`). The 32-bit word's layout is a copy in registers or on the stack
             // already.
+            let now_units = self.units_at(now_ticks);
+            let word = W::load(self.word);
+            if word == Self::UNUSED {
+                // Out of line and last: no value lives across the call, so the loop's values
+                // need no registers that every call would save and restore, a denial's too.
+                return Self::try_take_first::<C>(self.word, self.params, now_ticks, cost);
+            }
             let take = self.params.wide_take();
-            return self.update(now_ticks, |word, now_units| {
+            return self.run(word, now_units, |word, now_units| {
                 self.params
                     .answer::<C>(take.take(word, now_units, cost), now_ticks)
             });
@@ -41,6 +48,22 @@ impl<'a, W: Word> WordCell<'a, W> {
             self.params
                 .take_now::<C, W>(word, now_ticks, now_units, cost)
         })
+    }
+
+    /// [`try_take`](Self::try_take) at the first use of a `const`-built bucket on the 64-bit
+    /// word: the first write, then the take. It takes the cell's parts, not the cell, which
+    /// its caller would have to write to memory for it.
+    #[cold]
+    #[inline(never)]
+    fn try_take_first<C: Clock + ?Sized>(
+        word: &'a W::Atomic,
+        params: &'a Layout,
+        now_ticks: u64,
+        cost: u64,
+    ) -> Result<(), Denied> {
+        let cell = WordCell::<W>::new(word, params);
+        Self::first_use(word, params.fresh(cell.units_at(now_ticks)));
+        cell.try_take::<C>(now_ticks, cost)
     }
 
     /// [`try_take`](Self::try_take) for a caller whose reading may be older than the word it
@@ -137,13 +160,24 @@ impl<'a, W: Word> WordCell<'a, W> {
     pub(crate) fn update<T, E>(
         &self,
         now_ticks: u64,
-        mut transition: impl FnMut(u64, u64) -> Result<(u64, T), E>,
+        transition: impl FnMut(u64, u64) -> Result<(u64, T), E>,
     ) -> Result<T, E> {
         let now_units = self.units_at(now_ticks);
         let mut word = W::load(self.word);
         if word == Self::UNUSED {
             word = Self::first_use(self.word, self.params.fresh(now_units));
         }
+        self.run(word, now_units, transition)
+    }
+
+    /// The compare-exchange loop of [`update`](Self::update), from `word`.
+    #[inline(always)]
+    fn run<T, E>(
+        &self,
+        mut word: u64,
+        now_units: u64,
+        mut transition: impl FnMut(u64, u64) -> Result<(u64, T), E>,
+    ) -> Result<T, E> {
         loop {
             let (new, out) = transition(word, now_units)?;
             match self.land(word, new) {
