@@ -251,6 +251,58 @@ fn a_const_bucket_on_either_word_fills_once_whoever_uses_it_first() {
     on_word!(u64);
 }
 
+/// A clock that runs a hook once, inside a read, after the reading is taken: another caller
+/// acting between a reservation's reading and its compare-exchange.
+struct HookClock(ManualClock);
+
+thread_local! {
+    static HOOK: std::cell::RefCell<Option<Box<dyn FnOnce()>>> = const { std::cell::RefCell::new(None) };
+}
+
+impl Clock for HookClock {
+    const TICKS_PER_SECOND: u64 = 1_000_000_000;
+    fn now(&self) -> u64 {
+        let reading = self.0.now();
+        if let Some(hook) = HOOK.with(|hook| hook.borrow_mut().take()) {
+            hook();
+        }
+        reading
+    }
+}
+
+/// A reservation whose reading is overtaken (another caller moves the clock on and takes the
+/// last token between the reading and the reservation's compare-exchange) waits from a reading
+/// that shows the clock moved, never for time already past when it lands.
+#[test]
+fn a_wait_is_from_a_reading_no_older_than_the_word_it_lands_on() {
+    for first_use in [false, true] {
+        let clock: &'static HookClock =
+            Box::leak(Box::new(HookClock(ManualClock::starting_at(7_000 * MS))));
+        let quota = Quota::new(Rate::per_second(10)).burst(1);
+        let bucket: &'static TokenBucket<&HookClock> = Box::leak(Box::new(if first_use {
+            TokenBucket::new(quota, clock)
+        } else {
+            TokenBucket::try_new(quota, clock).unwrap()
+        }));
+        HOOK.with(|hook| {
+            *hook.borrow_mut() = Some(Box::new(move || {
+                clock.0.advance(Duration::from_millis(50));
+                assert_eq!(bucket.try_acquire(1), Ok(()));
+            }))
+        });
+        let reservation = bucket.reserve(1, Duration::from_secs(1)).unwrap();
+        assert!(HOOK.with(|hook| hook.borrow().is_none()), "the hook ran");
+        // The token after the taken one is due 100 ms after the take, 50 ms after the first
+        // reading: the wait is 100 ms, not 150.
+        assert_eq!(
+            reservation.wait(),
+            Duration::from_millis(100),
+            "first use: {first_use}"
+        );
+        assert_eq!(reservation.due_ticks(), 7_150 * MS);
+    }
+}
+
 #[test]
 fn reservations_queue_in_arrival_order() {
     let clock = ManualClock::new();

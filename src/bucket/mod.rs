@@ -316,7 +316,7 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
         let p = self.layout();
         let cost = p.cost(n)?;
         let max_wait_ticks = duration_to_ticks_floor::<C>(max_wait);
-        // The clock is read again on every try: the wait is from the reading that lands.
+        // A wait is from a reading taken after the word it lands on (see `update_fresh`).
         self.cell(&p)
             .update_fresh(&self.clock, |word, now, now_units| {
                 let (due_units, wait_ticks) = p
@@ -332,7 +332,7 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
                     held_units: 0,
                     wait: ticks_to_duration_ceil::<C>(wait_ticks),
                 };
-                Ok((due_units, reservation))
+                Ok((due_units, reservation, wait_ticks != 0))
             })
     }
 

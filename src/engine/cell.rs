@@ -202,28 +202,47 @@ impl<'a, W: Word> WordCell<'a, W> {
         W::compare_exchange(self.word, old, new)
     }
 
-    /// The CAS driver on a fresh reading: like [`update`](Self::update), but reads the clock
-    /// after the word on every try, so that the transition that lands was computed from a
-    /// reading no older than the word it replaces. `transition(word, now_ticks, now_units)`.
-    /// For the transitions whose answer is a time to wait (`reserve`): a caller delayed
-    /// between its reading and a lost compare-exchange is not told to wait for time already past.
+    /// The CAS driver for a transition whose answer may be a time to wait (`reserve`):
+    /// `transition(word, now_ticks, now_units)` gives the new word, the answer, and whether the
+    /// answer waits. An answer that waits, or an error (a denial naming its wait), lands only
+    /// when computed from a reading taken after the word it replaces was read: a caller delayed
+    /// between its reading and a lost compare-exchange is not told to wait for time already
+    /// past. An answer that waits for nothing lands on any reading, as `try_take`'s grants do: a
+    /// reading's age only ever makes the bucket look emptier. So the clock is read once, before
+    /// the word, and again only for a wait; under contention a retry that grants at once does
+    /// not put a clock read between the word it read and its compare-exchange.
     #[inline]
     pub(crate) fn update_fresh<C: Clock + ?Sized, T, E>(
         &self,
         clock: &C,
-        mut transition: impl FnMut(u64, u64, u64) -> Result<(u64, T), E>,
+        mut transition: impl FnMut(u64, u64, u64) -> Result<(u64, T, bool), E>,
     ) -> Result<T, E> {
+        let mut now_ticks = clock.now();
         let mut word = W::load(self.word);
+        // Whether `now_ticks` was read after `word`.
+        let mut fresh = false;
         loop {
-            let now_ticks = clock.now();
             let now_units = self.params.units_at(now_ticks);
             if word == Self::UNUSED {
                 word = Self::first_use(self.word, self.params.fresh(now_units));
             }
-            let (new, out) = transition(word, now_ticks, now_units)?;
+            let answer = transition(word, now_ticks, now_units);
+            let (new, out) = match answer {
+                Ok((new, out, false)) => (new, out),
+                _ if !fresh => {
+                    now_ticks = clock.now();
+                    fresh = true;
+                    continue;
+                }
+                Ok((new, out, true)) => (new, out),
+                Err(error) => return Err(error),
+            };
             match self.land(word, new) {
                 Ok(()) => return Ok(out),
-                Err(actual) => word = actual,
+                Err(actual) => {
+                    word = actual;
+                    fresh = false;
+                }
             }
         }
     }
