@@ -99,13 +99,7 @@ fn print_threaded(
         .iter()
         .map(|(name, xs)| (*name, median(xs.clone())))
         .collect();
-    let get = |name: &str| {
-        samples
-            .iter()
-            .find(|(n, _)| *n == name)
-            .map(|(_, xs)| xs.as_slice())
-            .unwrap()
-    };
+    let get = |name: &str| named(&samples, name).as_slice();
     for (clock, floor, ours, theirs, peer) in rows(&medians, false) {
         let (q1, mid, q3) = paired(
             get(&format!("{clock}/tollgate")),
@@ -116,6 +110,11 @@ fn print_threaded(
             ours / theirs,
         );
     }
+}
+
+/// The figure measured for the limiter called `name`.
+fn named<'a, T>(figures: &'a [(&'static str, T)], name: &str) -> &'a T {
+    &figures.iter().find(|(n, _)| *n == name).unwrap().1
 }
 
 /// Each clock with the governor beside it on the same clock class.
@@ -131,7 +130,7 @@ fn rows<'a>(
     m: &'a [(&'static str, f64)],
     with_manual: bool,
 ) -> impl Iterator<Item = (&'static str, f64, f64, f64, &'static str)> + 'a {
-    let get = move |name: &str| m.iter().find(|(n, _)| *n == name).map(|(_, x)| *x).unwrap();
+    let get = move |name: &str| *named(m, name);
     PEERS
         .into_iter()
         .filter(move |(clock, _)| with_manual || *clock != "manual")
@@ -172,12 +171,7 @@ fn main() {
             );
         }
         // The cheapest clock against governor's default (the TSC through quanta).
-        let get = |name: &str| {
-            m.iter()
-                .find(|(n, _)| *n == name)
-                .map(|(_, ns)| *ns)
-                .unwrap()
-        };
+        let get = |name: &str| *named(&m, name);
         let (coarse, default) = (get("coarse/tollgate"), get("tsc/governor-default"));
         println!(
             "| coarse, {} | | {coarse:.1} | {default:.1} (default) | | {:.2} |",
@@ -186,13 +180,7 @@ fn main() {
         );
     }
     // The denials beside what no denial can beat: the clock's read, one load, one compare.
-    let get = |name: &str| {
-        deny_floors
-            .iter()
-            .find(|(n, _)| *n == name)
-            .map(|(_, ns)| *ns)
-            .unwrap()
-    };
+    let get = |name: &str| *named(&deny_floors, name);
     println!();
     println!(
         "Denied, beside the denial's floor (the clock's read, one load, one compare), ns per \
@@ -215,13 +203,7 @@ fn main() {
     }
     // A denial read for its wait, as a 429 with `Retry-After` reads it.
     let waits = medians_of(line_up_waits(), rounds, ns_per_check);
-    let get = |name: &str| {
-        waits
-            .iter()
-            .find(|(n, _)| *n == name)
-            .map(|(_, ns)| *ns)
-            .unwrap()
-    };
+    let get = |name: &str| *named(&waits, name);
     println!();
     println!(
         "Denied and the wait read (`retry_after()`; governor: `wait_time_from(clock.now())`), \
