@@ -353,49 +353,65 @@ impl<C: Clock, W: AdjustableWord> AdjustableBucket<C, W> {
         mut transition: impl FnMut(&Layout, u64, u64) -> Result<(u64, T), E>,
         now_ticks: u64,
     ) -> Result<T, E> {
-        self.drive(
-            || now_ticks,
-            |params, word, _, now_units| transition(params, word, now_units),
-        )
+        let ((mut generation, mut word), mut params) = self.current();
+        loop {
+            let (new, out) = transition(&params, word, params.units_at(now_ticks))?;
+            match self.land(generation, word, new) {
+                Ok(()) => return Ok(out),
+                Err(Some(actual)) => word = actual,
+                Err(None) => ((generation, word), params) = self.current(),
+            }
+        }
     }
 
-    /// [`update`](Self::update) with the clock read again on every try, for a transition that
-    /// computes a wait: the wait is from the reading its compare-exchange lands on. Only the
-    /// async wait's take ahead computes one; a build without it has no caller.
+    /// [`update`](Self::update) for a transition that may compute a wait, the rule of
+    /// [`WordCell::update_fresh`](crate::engine::cell::WordCell::update_fresh): a wait is from a
+    /// reading taken after the word it lands on, so that a caller delayed between its reading and
+    /// a lost compare-exchange is never told to wait for time already past; an answer that
+    /// waits for nothing lands on any reading. The transition returns `(word, out, waits)`; the
+    /// clock is read once before the word and again only when the answer waits or is refused.
+    /// Only the async wait's take ahead computes a wait; a build without it has no caller.
     #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     pub(crate) fn update_fresh<T, E>(
         &self,
-        transition: impl FnMut(&Layout, u64, u64, u64) -> Result<(u64, T), E>,
+        mut transition: impl FnMut(&Layout, u64, u64, u64) -> Result<(u64, T, bool), E>,
     ) -> Result<T, E> {
-        self.drive(|| self.clock.now(), transition)
+        let mut now_ticks = self.clock.now();
+        let ((mut generation, mut word), mut params) = self.current();
+        // Whether `now_ticks` was read after `word`.
+        let mut fresh = false;
+        loop {
+            let (new, out) = match transition(&params, word, now_ticks, params.units_at(now_ticks))
+            {
+                Ok((new, out, false)) => (new, out),
+                _ if !fresh => {
+                    now_ticks = self.clock.now();
+                    fresh = true;
+                    continue;
+                }
+                Ok((new, out, true)) => (new, out),
+                Err(error) => return Err(error),
+            };
+            match self.land(generation, word, new) {
+                Ok(()) => return Ok(out),
+                Err(Some(actual)) => word = actual,
+                Err(None) => ((generation, word), params) = self.current(),
+            }
+            fresh = false;
+        }
     }
 
-    /// Both drivers: `transition(layout, word, now_ticks, now_units)` on the reading
-    /// `reading()` gives at each try.
+    /// Writes `new` over `word` while `generation` is current: the word found instead, or `None`
+    /// if the generation changed (the caller reads the new one's layout).
     #[inline]
-    fn drive<T, E>(
-        &self,
-        mut reading: impl FnMut() -> u64,
-        mut transition: impl FnMut(&Layout, u64, u64, u64) -> Result<(u64, T), E>,
-    ) -> Result<T, E> {
-        let ((mut generation, mut word), mut params) = self.current();
-        loop {
-            let now_ticks = reading();
-            let (new, out) = transition(&params, word, now_ticks, params.units_at(now_ticks))?;
-            // Relaxed (no `publish`): the word is the bucket's state; the layout comes through
-            // `current`.
-            match W::compare_exchange_tagged(
-                &self.state,
-                (generation, word),
-                (generation, new),
-                false,
-            ) {
-                Ok(()) => return Ok(out),
-                Err((actual_generation, actual)) if actual_generation == generation => {
-                    word = actual;
-                }
-                Err(_) => ((generation, word), params) = self.current(),
-            }
+    fn land(&self, generation: u32, word: u64, new: u64) -> Result<(), Option<u64>> {
+        // Relaxed (no `publish`): the word is the bucket's state; the layout comes through
+        // `current`.
+        match W::compare_exchange_tagged(&self.state, (generation, word), (generation, new), false)
+        {
+            Ok(()) => Ok(()),
+            Err((actual_generation, actual)) if actual_generation == generation => Err(Some(actual)),
+            Err(_) => Err(None),
         }
     }
 }

@@ -150,32 +150,120 @@ fn time_in_task<F: Future<Output = ()>>(
     })
 }
 
+/// One limiter's call, timed over `iters` calls in one task.
+type Timer<'a> = Box<dyn Fn(u64) -> Duration + 'a>;
+
+/// Times `call` in [`time_in_task`]'s loop: every figure of the no-wait table, the wait and its
+/// floor alike, comes from the same loop, with the limiter chosen outside it.
+fn timer<'a, F: Future<Output = ()>>(rt: &'a Runtime, call: impl Fn() -> F + 'a) -> Timer<'a> {
+    Box::new(move |iters| time_in_task(rt, iters, &call))
+}
+
+/// Each limiter's wait with none due, then its floor: the same limiter's try path on the same
+/// clock (`try_acquire(1)`; governor's `check`, leaky-bucket's `try_acquire(1)`). Pairs in
+/// [`NAMES`]' order: the wait at `2 × which`, its floor at `2 × which + 1`.
+fn no_wait_timers<'a>(rt: &'a Runtime, waits: &'a [Waits]) -> Vec<(String, Timer<'a>)> {
+    let mut timers = Vec::new();
+    for (waits, name) in waits.iter().zip(NAMES) {
+        let (wait, floor) = match waits {
+            Waits::Tokio(bucket) => (
+                timer(rt, move || async move {
+                    black_box(black_box(bucket).acquire(1).await.unwrap());
+                }),
+                timer(rt, move || async move {
+                    assert!(black_box(bucket).try_acquire(1).is_ok())
+                }),
+            ),
+            Waits::Tsc(bucket) => (
+                timer(rt, move || async move {
+                    black_box(black_box(bucket).acquire(1).await.unwrap());
+                }),
+                timer(rt, move || async move {
+                    assert!(black_box(bucket).try_acquire(1).is_ok())
+                }),
+            ),
+            Waits::GovernorStd(limiter) => (
+                timer(rt, move || black_box(limiter).until_ready()),
+                timer(rt, move || async move {
+                    assert!(black_box(limiter).check().is_ok())
+                }),
+            ),
+            Waits::Governor(limiter) => (
+                timer(rt, move || black_box(limiter).until_ready()),
+                timer(rt, move || async move {
+                    assert!(black_box(limiter).check().is_ok())
+                }),
+            ),
+            Waits::Leaky(limiter) => (
+                timer(rt, move || black_box(limiter).acquire_one()),
+                timer(rt, move || async move {
+                    assert!(black_box(limiter).try_acquire(1))
+                }),
+            ),
+        };
+        timers.push((name.to_string(), wait));
+        timers.push((format!("{name}: try"), floor));
+    }
+    timers
+}
+
+/// Checks per timing of the interleaved no-wait table.
+const NO_WAIT_CALLS: u64 = 200_000;
+
 fn no_wait(c: &mut Criterion) {
     let rt = runtime();
+    let waits: Vec<Waits> = (0..NAMES.len())
+        .map(|which| rt.block_on(async { Waits::new(which, UNBOUND) }))
+        .collect();
+    let timers = no_wait_timers(&rt, &waits);
     let mut group = c.benchmark_group("waits/no_wait_due");
-    for (which, name) in NAMES.iter().enumerate() {
-        let waits = rt.block_on(async { Waits::new(which, UNBOUND) });
-        group.bench_function(*name, |b| {
-            b.iter_custom(|iters| time_in_task(&rt, iters, || black_box(&waits).acquire()))
-        });
-        // The floor: the same bucket's try path, on the same clock, in the same task.
-        let try_acquire = |bucket_ok: bool| assert!(bucket_ok);
-        match &waits {
-            Waits::Tokio(bucket) => group.bench_function("try_acquire (TokioClock)", |b| {
-                b.iter(|| try_acquire(black_box(bucket).try_acquire(1).is_ok()))
-            }),
-            Waits::Tsc(bucket) => group.bench_function("try_acquire (TscClock)", |b| {
-                b.iter(|| try_acquire(black_box(bucket).try_acquire(1).is_ok()))
-            }),
-            _ => group.bench_function(format!("{name}: check"), |b| match &waits {
-                Waits::GovernorStd(limiter) => b.iter(|| black_box(limiter).check().is_ok()),
-                Waits::Governor(limiter) => b.iter(|| black_box(limiter).check().is_ok()),
-                Waits::Leaky(limiter) => b.iter(|| black_box(limiter).try_acquire(1)),
-                _ => unreachable!(),
-            }),
-        };
+    for (name, time) in &timers {
+        group.bench_function(name.as_str(), |b| b.iter_custom(time));
     }
     group.finish();
+    // Criterion times one function after another, and a shared machine's slow spells (the TSC's
+    // read alone moves by a third between them) fall on some and not others: the table's figures
+    // come from interleaved rounds, every timer once a round, as medians, and each ratio is taken
+    // round by round between the two figures of one round.
+    let rounds = 31;
+    let mut samples = vec![Vec::with_capacity(rounds); timers.len()];
+    for _ in 0..rounds {
+        for (i, (_, time)) in timers.iter().enumerate() {
+            samples[i].push(time(NO_WAIT_CALLS).as_nanos() as f64 / NO_WAIT_CALLS as f64);
+        }
+    }
+    let ratio = |ours: usize, theirs: usize| {
+        median_of(
+            samples[ours]
+                .iter()
+                .zip(&samples[theirs])
+                .map(|(a, b)| a / b)
+                .collect(),
+        )
+    };
+    println!(
+        "\nNo wait due, one task, {rounds} interleaved rounds of {NO_WAIT_CALLS} calls: medians"
+    );
+    println!("\n| limiter | the wait | its try | wait ÷ try | wait ÷ governor's `until_ready`, same clock |");
+    println!("|---|---|---|---|---|");
+    for (which, name) in NAMES.iter().enumerate() {
+        // tollgate's rows beside governor's on the same class of clock, the next in `NAMES`.
+        let peer = match which {
+            0 | 2 => format!("{:.2}", ratio(2 * which, 2 * which + 2)),
+            _ => "—".to_string(),
+        };
+        println!(
+            "| {name} | {:.1} ns | {:.1} ns | {:.2} | {peer} |",
+            median_of(samples[2 * which].clone()),
+            median_of(samples[2 * which + 1].clone()),
+            ratio(2 * which, 2 * which + 1),
+        );
+    }
+}
+
+fn median_of(mut xs: Vec<f64>) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    xs[xs.len() / 2]
 }
 
 /// The length of each real-time run.

@@ -79,7 +79,8 @@ impl<C: Clock, W: AdjustableWord> ReserveNow for AdjustableBucket<C, W> {
                 cost_units,
                 made_ticks: now,
             };
-            Ok((due_units, (take, ticks_to_duration_ceil::<C>(wait_ticks))))
+            let wait = ticks_to_duration_ceil::<C>(wait_ticks);
+            Ok((due_units, (take, wait), wait_ticks != 0))
         })
     }
 
@@ -203,6 +204,52 @@ mod tests {
         assert!(bucket.try_acquire(10).is_ok());
         bucket.cancel(taken);
         assert_eq!(bucket.available(), 0);
+    }
+
+    /// A clock whose read runs a hook once, after the reading is taken: another caller acting
+    /// between a take's reading and its compare-exchange.
+    struct HookClock<'a> {
+        clock: ManualClock,
+        hook: core::cell::Cell<Option<&'a dyn Fn()>>,
+    }
+
+    impl Clock for &HookClock<'_> {
+        const TICKS_PER_SECOND: u64 = 1_000_000_000;
+        fn now(&self) -> u64 {
+            let reading = self.clock.now();
+            if let Some(hook) = self.hook.take() {
+                hook();
+            }
+            reading
+        }
+    }
+
+    #[test]
+    fn a_wait_is_from_a_reading_no_older_than_the_word_it_lands_on() {
+        // 10/s, burst 1, full. The take ahead reads 7 000 ms; inside that read another caller
+        // moves the clock 50 ms on and takes the token. The next token is due 100 ms after that
+        // take: the wait is 100 ms from the reading that lands, not 150 from the first.
+        let clock = HookClock {
+            clock: ManualClock::starting_at(7_000_000_000),
+            hook: core::cell::Cell::new(None),
+        };
+        let bucket = AdjustableBucket::new(Quota::new(Rate::per_second(10)).burst(1), &clock);
+        let another_caller = || {
+            clock.clock.advance(ms(50));
+            assert_eq!(bucket.try_acquire(1), Ok(()));
+        };
+        clock.hook.set(Some(&another_caller));
+        let (taken, wait) = bucket.reserve_ahead(1, ms(1_000)).unwrap();
+        assert!(clock.hook.take().is_none(), "the hook ran");
+        assert_eq!(wait, ms(100));
+        assert_eq!(taken.made_ticks, 7_050_000_000);
+        // Nothing minted: the token after it is due 100 ms later still.
+        assert_eq!(
+            bucket.try_acquire(1),
+            Err(Denied::Insufficient {
+                retry_after: ms(200)
+            })
+        );
     }
 
     #[test]
