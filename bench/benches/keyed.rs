@@ -1,6 +1,7 @@
 //! The keyed check for a key already held, tollgate's `KeyedLimiter` against governor's keyed
-//! limiter (a `DashMap`), and the memory each key costs in both (resident memory grown by a
-//! million keys), printed before the timings.
+//! limiter (a `DashMap`), and the memory each key costs in both, printed before the timings: the
+//! heap each holds, exact (this bench's allocator counts every byte), at 10^4 and 10^6 keys,
+//! and the process's resident growth beside it.
 //!
 //! `cargo bench -p tollgate-bench --bench keyed -- --warm-up-time 1 --measurement-time 2`
 //!
@@ -14,7 +15,24 @@ use std::num::NonZeroU32;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
+use stats_alloc::{Region, StatsAlloc, INSTRUMENTED_SYSTEM};
 use tollgate::{KeyedLimiter, Quota, Rate, StdClock, TscClock, WhenFull};
+
+/// The system allocator, counting: the heap a limiter holds is what its filling allocated and
+/// did not free, to the byte, for governor as for tollgate.
+#[global_allocator]
+static HEAP: &StatsAlloc<std::alloc::System> = &INSTRUMENTED_SYSTEM;
+
+/// Heap bytes allocated and not freed while `fill` ran, and what it built (kept alive).
+fn heap_held<T>(fill: impl FnOnce() -> T) -> (usize, T) {
+    let region = Region::new(HEAP);
+    let held = fill();
+    let change = region.change();
+    let bytes = (change.bytes_allocated as isize - change.bytes_deallocated as isize
+        + change.bytes_reallocated)
+        .max(0) as usize;
+    (bytes, held)
+}
 
 /// Resident memory of this process in bytes (Linux), to weigh a key without unsafe code.
 fn resident_bytes() -> Option<usize> {
@@ -75,12 +93,14 @@ fn memory_per_key() {
         }
         limiter
     });
-    let (governor, _governor_held) = bytes_per_key(|| {
-        let limiter = governor_keyed();
-        for key in 0..KEYS {
-            limiter.check_key(&key).unwrap();
-        }
-        limiter
+    let (governor_heap, (governor, _governor_held)) = heap_held(|| {
+        bytes_per_key(|| {
+            let limiter = governor_keyed();
+            for key in 0..KEYS {
+                limiter.check_key(&key).unwrap();
+            }
+            limiter
+        })
     });
     assert_eq!(u64_held.len(), KEYS as usize);
     assert_eq!(u32_held.len(), KEYS as usize);
@@ -94,12 +114,44 @@ fn memory_per_key() {
         "  tollgate KeyedLimiter, u32 word: {:.1} heap (tables), {tollgate_u32:.1} resident",
         per_key(u32_held.heap_bytes())
     );
-    println!("  governor keyed (DashMap):        {governor:.1} resident");
+    println!(
+        "  governor keyed (DashMap):        {:.1} heap, {governor:.1} resident",
+        per_key(governor_heap)
+    );
     println!(
         "  (resident: growth of the process's resident memory while filling, which also counts"
     );
     println!(
         "   tables freed on resizing but not yet returned; heap: what the tables hold at the end)"
+    );
+}
+
+/// Heap bytes per key with `keys` `u64` keys held, in both limiters (tollgate's capacity twice
+/// that, as in the timed check), from the allocator's count; tollgate's own `heap_bytes()` beside
+/// it, which must agree.
+fn heap_per_key_held(keys: u64) {
+    let (tollgate, limiter) = heap_held(|| {
+        let limiter =
+            KeyedLimiter::try_new(held(), StdClock, 2 * keys as usize, WhenFull::Refuse).unwrap();
+        for key in 0..keys {
+            limiter.try_acquire(&key, 1).unwrap();
+        }
+        limiter
+    });
+    let (governor, _governor) = heap_held(|| {
+        let limiter = governor_keyed();
+        for key in 0..keys {
+            limiter.check_key(&key).unwrap();
+        }
+        limiter
+    });
+    assert_eq!(limiter.len(), keys as usize);
+    let per_key = |bytes: usize| bytes as f64 / keys as f64;
+    println!(
+        "heap per key, {keys} u64 keys held: tollgate {:.1} (its heap_bytes: {:.1}), governor {:.1}",
+        per_key(tollgate),
+        per_key(limiter.heap_bytes()),
+        per_key(governor)
     );
 }
 
@@ -122,22 +174,26 @@ fn memory_at_capacity() {
             black_box(limiter(i));
         }
     };
-    let (governor_u64, _g1) = bytes_per(CAP, || {
-        let limiter = governor_keyed();
-        for key in 0..CAP {
-            limiter.check_key(&key).unwrap();
-        }
-        limiter
+    let (governor_u64_heap, (governor_u64, _g1)) = heap_held(|| {
+        bytes_per(CAP, || {
+            let limiter = governor_keyed();
+            for key in 0..CAP {
+                limiter.check_key(&key).unwrap();
+            }
+            limiter
+        })
     });
-    let (governor_ip, _g2) = bytes_per(CAP, || {
-        let limiter: governor::DefaultKeyedRateLimiter<Option<IpAddr>> =
-            governor::RateLimiter::keyed(governor::Quota::per_second(
-                NonZeroU32::new(1_000_000_000).unwrap(),
-            ));
-        for key in 0..CAP {
-            limiter.check_key(&address(key)).unwrap();
-        }
-        limiter
+    let (governor_ip_heap, (governor_ip, _g2)) = heap_held(|| {
+        bytes_per(CAP, || {
+            let limiter: governor::DefaultKeyedRateLimiter<Option<IpAddr>> =
+                governor::RateLimiter::keyed(governor::Quota::per_second(
+                    NonZeroU32::new(1_000_000_000).unwrap(),
+                ));
+            for key in 0..CAP {
+                limiter.check_key(&address(key)).unwrap();
+            }
+            limiter
+        })
     });
     let (tollgate_u64, u64_held) = bytes_per(CAP, || {
         let limiter =
@@ -166,8 +222,14 @@ fn memory_at_capacity() {
         "  tollgate, Option<IpAddr> keys:  {:.1} heap (tables), {tollgate_ip:.1} resident",
         per_key(ip_held.heap_bytes())
     );
-    println!("  governor, {CAP} u64 keys:          {governor_u64:.1} resident");
-    println!("  governor, {CAP} Option<IpAddr> keys: {governor_ip:.1} resident");
+    println!(
+        "  governor, {CAP} u64 keys:          {:.1} heap, {governor_u64:.1} resident",
+        per_key(governor_u64_heap)
+    );
+    println!(
+        "  governor, {CAP} Option<IpAddr> keys: {:.1} heap, {governor_ip:.1} resident",
+        per_key(governor_ip_heap)
+    );
 }
 
 /// Resident bytes per key for `keys` keys held by what `fill` builds.
@@ -253,6 +315,8 @@ fn existing_key(c: &mut Criterion) {
     // only, and governor is measured before anything else.
     memory_at_capacity();
     memory_per_key();
+    heap_per_key_held(10_000);
+    heap_per_key_held(1_000_000);
 
     held_keys(c, 10_000, "10^4");
     held_keys(c, 1_000_000, "10^6");
