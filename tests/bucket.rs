@@ -540,47 +540,23 @@ fn quantized_clocks_are_reported() {
     assert!(coarse.idle_horizon() >= Duration::from_secs(100 * 31_557_600));
 }
 
-/// A clock that, once armed, hands out its reading and then lets `interrupt` run as if the
-/// caller were preempted right after reading it: time moves on and another caller takes.
-struct Preempted<'a> {
-    clock: &'a ManualClock,
-    interrupt: std::sync::OnceLock<Box<dyn Fn() + Send + Sync + 'a>>,
-    fired: std::sync::atomic::AtomicBool,
-}
-
-impl Clock for &Preempted<'_> {
-    const TICKS_PER_SECOND: u64 = 1_000_000_000;
-    fn now(&self) -> u64 {
-        let reading = self.clock.now();
-        if let Some(interrupt) = self.interrupt.get() {
-            if !self.fired.swap(true, std::sync::atomic::Ordering::Relaxed) {
-                interrupt();
-            }
-        }
-        reading
-    }
-}
-
 #[test]
 fn a_reservation_waits_from_the_reading_its_compare_exchange_lands_on() {
     // 100/s, burst 1, empty at 0. The reserving caller reads 0 ms, is preempted for 10 ms,
     // and meanwhile another caller takes the token that accrued. Read once, the reservation
     // would say 20 ms (from 0 ms); from the reading that lands, it is 10 ms (from 10 ms).
-    // The clock's interrupt takes from the bucket that reads the clock: leaked, so that each
-    // can name the other.
-    let manual: &'static ManualClock = Box::leak(Box::new(ManualClock::new()));
-    let clock: &'static Preempted<'static> = Box::leak(Box::new(Preempted {
-        clock: manual,
-        interrupt: std::sync::OnceLock::new(),
-        fired: std::sync::atomic::AtomicBool::new(false),
-    }));
+    // The clock's hook takes from the bucket that reads the clock: leaked, so that each can
+    // name the other.
+    let clock: &'static HookClock = Box::leak(Box::new(HookClock(ManualClock::new())));
     let quota = Quota::new(Rate::per_second(100)).burst(1).start_empty();
-    let bucket: &'static TokenBucket<&Preempted> =
+    let bucket: &'static TokenBucket<&HookClock> =
         Box::leak(Box::new(TokenBucket::try_new(quota, clock).unwrap()));
-    let _ = clock.interrupt.set(Box::new(move || {
-        manual.advance(Duration::from_millis(10));
-        assert_eq!(bucket.try_acquire(1), Ok(()));
-    }));
+    HOOK.with(|hook| {
+        *hook.borrow_mut() = Some(Box::new(move || {
+            clock.0.advance(Duration::from_millis(10));
+            assert_eq!(bucket.try_acquire(1), Ok(()));
+        }))
+    });
     let reservation = bucket.reserve(1, Duration::from_secs(1)).unwrap();
     assert_eq!(reservation.wait(), Duration::from_millis(10));
     assert_eq!(reservation.due_ticks(), 20 * MS);
