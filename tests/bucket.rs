@@ -253,17 +253,25 @@ fn a_const_bucket_on_either_word_fills_once_whoever_uses_it_first() {
 
 /// A clock that runs a hook once, inside a read, after the reading is taken: another caller
 /// acting between a reservation's reading and its compare-exchange.
-struct HookClock(ManualClock);
-
-thread_local! {
-    static HOOK: std::cell::RefCell<Option<Box<dyn FnOnce()>>> = const { std::cell::RefCell::new(None) };
+struct HookClock<'a> {
+    clock: ManualClock,
+    hook: std::cell::Cell<Option<&'a dyn Fn()>>,
 }
 
-impl Clock for HookClock {
+impl HookClock<'_> {
+    fn starting_at(ticks: u64) -> Self {
+        HookClock {
+            clock: ManualClock::starting_at(ticks),
+            hook: std::cell::Cell::new(None),
+        }
+    }
+}
+
+impl Clock for &HookClock<'_> {
     const TICKS_PER_SECOND: u64 = 1_000_000_000;
     fn now(&self) -> u64 {
-        let reading = self.0.now();
-        if let Some(hook) = HOOK.with(|hook| hook.borrow_mut().take()) {
+        let reading = self.clock.now();
+        if let Some(hook) = self.hook.take() {
             hook();
         }
         reading
@@ -276,22 +284,20 @@ impl Clock for HookClock {
 #[test]
 fn a_wait_is_from_a_reading_no_older_than_the_word_it_lands_on() {
     for first_use in [false, true] {
-        let clock: &'static HookClock =
-            Box::leak(Box::new(HookClock(ManualClock::starting_at(7_000 * MS))));
+        let clock = HookClock::starting_at(7_000 * MS);
         let quota = Quota::new(Rate::per_second(10)).burst(1);
-        let bucket: &'static TokenBucket<&HookClock> = Box::leak(Box::new(if first_use {
-            TokenBucket::new(quota, clock)
+        let bucket = if first_use {
+            TokenBucket::new(quota, &clock)
         } else {
-            TokenBucket::try_new(quota, clock).unwrap()
-        }));
-        HOOK.with(|hook| {
-            *hook.borrow_mut() = Some(Box::new(move || {
-                clock.0.advance(Duration::from_millis(50));
-                assert_eq!(bucket.try_acquire(1), Ok(()));
-            }))
-        });
+            TokenBucket::try_new(quota, &clock).unwrap()
+        };
+        let another_caller = || {
+            clock.clock.advance(Duration::from_millis(50));
+            assert_eq!(bucket.try_acquire(1), Ok(()));
+        };
+        clock.hook.set(Some(&another_caller));
         let reservation = bucket.reserve(1, Duration::from_secs(1)).unwrap();
-        assert!(HOOK.with(|hook| hook.borrow().is_none()), "the hook ran");
+        assert!(clock.hook.take().is_none(), "the hook ran");
         // The token after the taken one is due 100 ms after the take, 50 ms after the first
         // reading: the wait is 100 ms, not 150.
         assert_eq!(
@@ -545,18 +551,14 @@ fn a_reservation_waits_from_the_reading_its_compare_exchange_lands_on() {
     // 100/s, burst 1, empty at 0. The reserving caller reads 0 ms, is preempted for 10 ms,
     // and meanwhile another caller takes the token that accrued. Read once, the reservation
     // would say 20 ms (from 0 ms); from the reading that lands, it is 10 ms (from 10 ms).
-    // The clock's hook takes from the bucket that reads the clock: leaked, so that each can
-    // name the other.
-    let clock: &'static HookClock = Box::leak(Box::new(HookClock(ManualClock::new())));
+    let clock = HookClock::starting_at(0);
     let quota = Quota::new(Rate::per_second(100)).burst(1).start_empty();
-    let bucket: &'static TokenBucket<&HookClock> =
-        Box::leak(Box::new(TokenBucket::try_new(quota, clock).unwrap()));
-    HOOK.with(|hook| {
-        *hook.borrow_mut() = Some(Box::new(move || {
-            clock.0.advance(Duration::from_millis(10));
-            assert_eq!(bucket.try_acquire(1), Ok(()));
-        }))
-    });
+    let bucket = TokenBucket::try_new(quota, &clock).unwrap();
+    let another_caller = || {
+        clock.clock.advance(Duration::from_millis(10));
+        assert_eq!(bucket.try_acquire(1), Ok(()));
+    };
+    clock.hook.set(Some(&another_caller));
     let reservation = bucket.reserve(1, Duration::from_secs(1)).unwrap();
     assert_eq!(reservation.wait(), Duration::from_millis(10));
     assert_eq!(reservation.due_ticks(), 20 * MS);

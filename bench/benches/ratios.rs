@@ -22,7 +22,8 @@ use std::hint::black_box;
 use std::time::Instant;
 
 use common::{
-    line_up, line_up_deny_floors, line_up_neighbours, line_up_waits, time_on_threads, Check, Path,
+    by_round, line_up, line_up_deny_floors, line_up_neighbours, line_up_waits, median,
+    time_on_threads, Check, Path,
 };
 
 /// Checks per timing: long enough to dwarf `Instant::now()`, short enough for many rounds.
@@ -38,11 +39,6 @@ fn ns_per_check(limiter: &dyn Check) -> f64 {
 fn million_per_second(limiter: &dyn Check, threads: usize) -> f64 {
     let checks = CHECKS * threads as u64;
     checks as f64 / time_on_threads(limiter, threads, checks).as_secs_f64() / 1e6
-}
-
-fn median(mut xs: Vec<f64>) -> f64 {
-    xs.sort_by(f64::total_cmp);
-    xs[xs.len() / 2]
 }
 
 /// Medians by name for every limiter of `all` of `measure`, in interleaved rounds.
@@ -75,13 +71,9 @@ fn samples_of(
     all.iter().map(|(name, _)| *name).zip(samples).collect()
 }
 
-/// `ours ÷ theirs` round by round, the two measured in the same round one after the other: its
-/// median and quartiles. A slow spell of a shared machine moves both figures of a round alike,
-/// so this moves less from run to run than the ratio of the two medians, which may come from
-/// different rounds.
+/// `ours ÷ theirs` round by round ([`by_round`]): its median and quartiles.
 fn paired(ours: &[f64], theirs: &[f64]) -> (f64, f64, f64) {
-    let mut ratios: Vec<f64> = ours.iter().zip(theirs).map(|(a, b)| a / b).collect();
-    ratios.sort_by(f64::total_cmp);
+    let ratios = by_round(ours, theirs);
     let at = |q: usize| ratios[(ratios.len() - 1) * q / 4];
     (at(1), at(2), at(3))
 }

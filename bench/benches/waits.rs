@@ -25,6 +25,8 @@
 //! `cargo bench -p tollgate-bench --bench waits` (`-- --quick` for criterion's short runs;
 //! `WAITS_SECONDS=n` for longer real-time runs).
 
+mod common;
+
 use std::future::Future;
 use std::hint::black_box;
 use std::num::NonZeroU32;
@@ -32,6 +34,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::{by_round, median};
 use criterion::Criterion;
 use governor::clock::MonotonicClock;
 use governor::middleware::NoOpMiddleware;
@@ -232,15 +235,7 @@ fn no_wait(c: &mut Criterion) {
             samples[i].push(time(NO_WAIT_CALLS).as_nanos() as f64 / NO_WAIT_CALLS as f64);
         }
     }
-    let ratio = |ours: usize, theirs: usize| {
-        median_of(
-            samples[ours]
-                .iter()
-                .zip(&samples[theirs])
-                .map(|(a, b)| a / b)
-                .collect(),
-        )
-    };
+    let ratio = |ours: usize, theirs: usize| median(by_round(&samples[ours], &samples[theirs]));
     println!(
         "\nNo wait due, one task, {rounds} interleaved rounds of {NO_WAIT_CALLS} calls: medians"
     );
@@ -254,16 +249,11 @@ fn no_wait(c: &mut Criterion) {
         };
         println!(
             "| {name} | {:.1} ns | {:.1} ns | {:.2} | {peer} |",
-            median_of(samples[2 * which].clone()),
-            median_of(samples[2 * which + 1].clone()),
+            median(samples[2 * which].clone()),
+            median(samples[2 * which + 1].clone()),
             ratio(2 * which, 2 * which + 1),
         );
     }
-}
-
-fn median_of(mut xs: Vec<f64>) -> f64 {
-    xs.sort_by(f64::total_cmp);
-    xs[xs.len() / 2]
 }
 
 /// The length of each real-time run.
@@ -410,16 +400,10 @@ fn sleeper_floor(per_second: u64, length: Duration) -> (f64, f64) {
     )
 }
 
-/// The median of three.
-fn median<T: Copy + PartialOrd>(mut runs: [T; 3]) -> T {
-    runs.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    runs[1]
-}
-
 fn real_time() {
     let length = run_length();
     println!(
-        "\nReal time, 2 tokio workers, {} cores here, median of 3 runs of {length:?} ({FREE_ROUNDS} for 64 tasks at 10^9/s)",
+        "\nReal time, 2 tokio workers, {} cores here, median of {RUNS} runs of {length:?} ({FREE_ROUNDS} for 64 tasks at 10^9/s)",
         std::thread::available_parallelism().map_or(1, |n| n.get())
     );
     let binding = Limit {
@@ -442,23 +426,14 @@ fn real_time() {
             runs.push((run.grants as f64 / seconds, run.cpu.as_secs_f64() / seconds));
         }
     }
+    let rates = |which: usize| -> Vec<f64> { free[which].iter().map(|run| run.0).collect() };
     let free_ratios: Vec<(&str, Vec<f64>)> = [0, 2]
         .into_iter()
-        .map(|ours| {
-            let mut ratios: Vec<f64> = free[ours]
-                .iter()
-                .zip(&free[ours + 1])
-                .map(|(a, b)| a.0 / b.0)
-                .collect();
-            ratios.sort_by(f64::total_cmp);
-            (NAMES[ours], ratios)
-        })
+        .map(|ours| (NAMES[ours], by_round(&rates(ours), &rates(ours + 1))))
         .collect();
     for (which, name) in NAMES.iter().enumerate() {
-        let mut runs = free[which].clone();
-        runs.sort_by(|a, b| a.0.total_cmp(&b.0));
-        let free = runs[runs.len() / 2];
-        let bound = median(std::array::from_fn(|_| {
+        let free = median(free[which].clone());
+        let bound = median(std::array::from_fn::<_, RUNS, _>(|_| {
             let run = many_tasks(which, binding, 64, length);
             let cap = binding.burst as f64 + binding.per_second as f64 * run.elapsed.as_secs_f64();
             assert!(
@@ -474,15 +449,15 @@ fn real_time() {
         };
         // Each run beside a run of the host's floor just before it, so that a slow spell of the
         // host shows in both.
-        let mut floors = [0.0; 3];
-        let single = median(std::array::from_fn(|i| {
+        let mut floors = [0.0; RUNS];
+        let single = median(std::array::from_fn::<_, RUNS, _>(|i| {
             floors[i] = sleeper_floor(one.per_second, length * 2).0;
             let run = many_tasks(which, one, 1, length * 2);
             let rate = run.grants as f64 / run.elapsed.as_secs_f64();
             (rate, run.cpu.as_secs_f64() / run.elapsed.as_secs_f64())
         }));
         let floor = median(floors);
-        let order = median(std::array::from_fn(|_| {
+        let order = median(std::array::from_fn::<_, RUNS, _>(|_| {
             let (inverted, cpu) = inversions(
                 which,
                 Limit {
@@ -511,7 +486,7 @@ fn real_time() {
     for (name, ratios) in free_ratios {
         println!(
             "- {name}: median {:.2} (rounds: {})",
-            ratios[ratios.len() / 2],
+            median(ratios.clone()),
             ratios
                 .iter()
                 .map(|r| format!("{r:.2}"))
@@ -520,6 +495,9 @@ fn real_time() {
         );
     }
 }
+
+/// Runs of each real-time figure.
+const RUNS: usize = 3;
 
 /// Rounds of the 64 tasks far above demand.
 const FREE_ROUNDS: usize = 5;

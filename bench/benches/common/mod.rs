@@ -13,6 +13,23 @@ use std::time::{Duration, Instant};
 use governor::clock::{FakeRelativeClock, MonotonicClock, QuantaClock, QuantaUpkeepClock};
 use tollgate::{Clock, CoarseClock, ManualClock, Quota, Rate, StdClock, TokenBucket, TscClock};
 
+/// The middle figure of an odd count of runs (or the upper middle of an even one).
+pub fn median<T: Copy + PartialOrd>(mut runs: impl AsMut<[T]>) -> T {
+    let runs = runs.as_mut();
+    runs.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    runs[runs.len() / 2]
+}
+
+/// `ours ÷ theirs` round by round, the two figures of each round measured one after the other,
+/// in ascending order. A slow spell of a shared machine moves both figures of a round alike, so
+/// these move less from run to run than the ratio of two medians, which may come from different
+/// rounds.
+pub fn by_round(ours: &[f64], theirs: &[f64]) -> Vec<f64> {
+    let mut ratios: Vec<f64> = ours.iter().zip(theirs).map(|(a, b)| a / b).collect();
+    ratios.sort_by(f64::total_cmp);
+    ratios
+}
+
 /// One check of one token.
 pub trait Limiter: Sync {
     /// Takes one token now, or says no.
