@@ -76,7 +76,7 @@ impl<C: Clock, W: Word> ReserveNow for TokenBucket<C, W> {
             (taken, due_in)
         })
     }
-    #[inline]
+    #[inline(always)]
     fn take_at_once(&self, n: u32) -> Result<(), Denied> {
         self.try_acquire(n)
     }

@@ -270,16 +270,12 @@ fn count_lines(key: usize, lines: usize) {
 /// The wait's fast path: when nobody waits on any of `buckets` (nor on a bucket sharing their
 /// shards), `take` at once, without a lock, a line or a timer. `None` when the wait must join
 /// the line: someone waits, or the tokens are not there yet.
-#[inline]
+#[inline(always)]
 pub(crate) fn at_once<B: Lined, const N: usize>(
     buckets: [&B; N],
     take: impl FnOnce() -> Result<(), Denied>,
 ) -> Option<Result<(), Denied>> {
-    let lines = &registry().lines;
-    if buckets
-        .iter()
-        .any(|&bucket| lines[shard_of(key_of(bucket))].load(Ordering::Relaxed) != 0)
-    {
+    if !nobody_waits(buckets) {
         return None;
     }
     match take() {
@@ -288,12 +284,21 @@ pub(crate) fn at_once<B: Lined, const N: usize>(
     }
 }
 
+/// Whether nobody waits on any of `buckets`, nor on a bucket sharing their shards.
+#[inline(always)]
+fn nobody_waits<B, const N: usize>(buckets: [&B; N]) -> bool {
+    let lines = &registry().lines;
+    buckets
+        .iter()
+        .all(|&bucket| lines[shard_of(key_of(bucket))].load(Ordering::Relaxed) == 0)
+}
+
 /// The start of one bucket's wait for `n` tokens, shared by the blocking and the async one:
 /// `Some` when it is over already (`n = 0`, taken at once with nobody in line, or refused),
 /// `None` when the caller must line up ([`Waiter::new`]). Small on purpose: a result holding
 /// the waiter would be copied whole on the path that takes at once, a stall there of about a
 /// quarter of its cost.
-#[inline]
+#[inline(always)]
 pub(crate) fn settled_at_once<B: Lined + ReserveNow<Cost = u32>>(
     bucket: &B,
     n: u32,
@@ -301,7 +306,14 @@ pub(crate) fn settled_at_once<B: Lined + ReserveNow<Cost = u32>>(
     if n == 0 {
         return Some(Ok(()));
     }
-    at_once([bucket], || bucket.take_at_once(n))
+    // `at_once`'s steps written out: its `take`, a closure, was left a call in some callers.
+    if !nobody_waits([bucket]) {
+        return None;
+    }
+    match bucket.take_at_once(n) {
+        Err(Denied::Insufficient { .. }) => None,
+        settled => Some(settled),
+    }
 }
 
 /// What a waiter does next.

@@ -165,20 +165,79 @@ pub(crate) async fn acquire_async<G: ReserveNow, B: Lined, const N: usize>(
     Ok(waited + jitter)
 }
 
-/// `n` tokens from one bucket with a line, as a task, no jitter: the whole of a bucket's
+/// `n` tokens from one bucket with a line, as a task, no jitter: every one-bucket `acquire` and
 /// `acquire_timeout`.
-pub(crate) async fn acquire_one_async<B: Lined + ReserveNow<Cost = u32>>(
+///
+/// A future written out rather than an `async fn`, for the wait that takes at once: its first
+/// poll is the check alone, always inlined into the caller's, and the line's code (its state,
+/// its timer) is built out of the way, in a box, only for a wait that waits. The compiler
+/// inlines an `async fn`'s body or not by its size and its callers, and a body holding both
+/// paths was left a call in a build with two callers of it: 31 ns a take on the TSC where the
+/// inlined one took 22.
+pub(crate) fn acquire_one_async<B: Lined + ReserveNow<Cost = u32>>(
     bucket: &B,
     n: u32,
     timeout: Duration,
-) -> Result<Duration, Denied> {
-    if let Some(settled) = settled_at_once(bucket, n) {
-        return settled.map(|()| Duration::ZERO);
+) -> impl Future<Output = Result<Duration, Denied>> + '_ {
+    AcquireOne {
+        bucket,
+        n,
+        line: move |bucket, n| in_line(bucket, n, timeout),
+        waiting: None,
     }
+}
+
+/// [`acquire_one_async`]'s future: the take at once on the first poll, else the wait in line
+/// that `line` builds. Like any future, it is not to be polled again once ready (one that took
+/// at once would take again).
+struct AcquireOne<'b, B, L, F> {
+    bucket: &'b B,
+    n: u32,
+    line: L,
+    waiting: Option<Pin<Box<F>>>,
+}
+
+impl<'b, B, L, F> Future for AcquireOne<'b, B, L, F>
+where
+    B: Lined + ReserveNow<Cost = u32>,
+    L: Fn(&'b B, u32) -> Result<Pin<Box<F>>, Denied> + Unpin,
+    F: Future<Output = Result<Duration, Denied>>,
+{
+    type Output = Result<Duration, Denied>;
+
+    #[inline(always)]
+    fn poll(self: Pin<&mut Self>, cx: &mut core::task::Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        let waiting = match &mut this.waiting {
+            Some(waiting) => waiting,
+            None => {
+                if let Some(settled) = settled_at_once(this.bucket, this.n) {
+                    return Poll::Ready(settled.map(|()| Duration::ZERO));
+                }
+                match (this.line)(this.bucket, this.n) {
+                    Ok(waiting) => this.waiting.insert(waiting),
+                    Err(refused) => return Poll::Ready(Err(refused)),
+                }
+            }
+        };
+        waiting.as_mut().poll(cx)
+    }
+}
+
+/// A wait in `bucket`'s line, built out of the caller's way: the future of a wait that takes at
+/// once holds only a pointer to it, and its poll none of the line's code. Boxed: the wait's
+/// state (its place in line, its timer) is built only for a wait that waits.
+#[cold]
+#[inline(never)]
+fn in_line<B: Lined + ReserveNow<Cost = u32>>(
+    bucket: &B,
+    n: u32,
+    timeout: Duration,
+) -> Result<Pin<Box<impl Future<Output = Result<Duration, Denied>> + '_>>, Denied> {
     let waiter = Waiter::new([bucket], [n], Some(timeout))?;
-    // Boxed: the wait's state (its place in line, its timer) is built only for a wait that
-    // waits, so the future of one that takes at once stays a few words.
-    Box::pin(acquire_async(bucket, waiter, n, &Jitter::none())).await
+    Ok(Box::pin(async move {
+        acquire_async(bucket, waiter, n, &Jitter::none()).await
+    }))
 }
 
 impl<C: Clock, W: Word> TokenBucket<C, W> {
@@ -222,14 +281,8 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
     /// # Ok(())
     /// # }
     /// ```
-    pub async fn acquire(&self, n: u32) -> Result<Duration, Denied> {
-        // The take at once in this future itself, with no future of the shared wait inside it
-        // to build and poll: the path that takes at once costs a check.
-        if let Some(settled) = settled_at_once(self, n) {
-            return settled.map(|()| Duration::ZERO);
-        }
-        let waiter = Waiter::new([self], [n], Some(Duration::MAX))?;
-        Box::pin(acquire_async(self, waiter, n, &Jitter::none())).await
+    pub fn acquire(&self, n: u32) -> impl Future<Output = Result<Duration, Denied>> + '_ {
+        acquire_one_async(self, n, Duration::MAX)
     }
 
     /// Takes `n` tokens if they accrue within `timeout`, waiting until then; returns the time
@@ -259,7 +312,11 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
     /// # Ok(())
     /// # }
     /// ```
-    pub async fn acquire_timeout(&self, n: u32, timeout: Duration) -> Result<Duration, Denied> {
-        acquire_one_async(self, n, timeout).await
+    pub fn acquire_timeout(
+        &self,
+        n: u32,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<Duration, Denied>> + '_ {
+        acquire_one_async(self, n, timeout)
     }
 }
