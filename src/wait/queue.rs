@@ -774,3 +774,39 @@ pub mod models {
             .map_or(0, |line| line.entries.len())
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::{shard_of, SHARDS};
+
+    /// Buckets laid out one after another, at the strides a bucket on the 64-bit word takes (a
+    /// line, two with a stateful clock, more with a larger one), fall in as many shards as an
+    /// even spread would give them, twice that at most: their waits take different locks and
+    /// their takes at once read different counts. (A mix of shifts and an exclusive or, cheaper
+    /// to compute on every take at once, put five times the even share in one shard at a
+    /// stride of five lines.)
+    #[test]
+    fn neighbouring_buckets_fall_in_different_shards() {
+        for stride in [64usize, 128, 192, 256, 320, 4_096, 8_192] {
+            for base in [
+                0x7f00_0000_0000usize,
+                0x5555_5555_5000,
+                0x1000_0040,
+                0x7ffd_1234_5680,
+            ] {
+                for run in [SHARDS, 4 * SHARDS] {
+                    let mut seen = [0usize; SHARDS];
+                    for i in 0..run {
+                        seen[shard_of(base + i * stride)] += 1;
+                    }
+                    let most = *seen.iter().max().unwrap();
+                    // An even spread puts `run / SHARDS` in each; allow twice that.
+                    assert!(
+                        most <= 2 * (run / SHARDS),
+                        "{run} buckets at a stride of {stride} from {base:#x}: {most} in one shard"
+                    );
+                }
+            }
+        }
+    }
+}

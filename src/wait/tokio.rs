@@ -282,7 +282,13 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
     /// # }
     /// ```
     pub fn acquire(&self, n: u32) -> impl Future<Output = Result<Duration, Denied>> + '_ {
-        acquire_one_async(self, n, Duration::MAX)
+        // No timeout to carry: the future is the bucket, `n` and the empty place for a wait.
+        AcquireOne {
+            bucket: self,
+            n,
+            line: |bucket, n| in_line(bucket, n, Duration::MAX),
+            waiting: None,
+        }
     }
 
     /// Takes `n` tokens if they accrue within `timeout`, waiting until then; returns the time
