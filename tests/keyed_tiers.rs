@@ -411,7 +411,7 @@ fn drain_limiter(limiter: &KeyedLimiter<u64, &ManualClock, u32>, key: u64) -> u6
 fn tiers_cost_no_memory_beyond_the_stated_bytes_per_key() {
     // At the capacity, the tables hold at most about 2.3 entries' worth per key: an entry
     // (24 bytes: a u64 key, the 64-bit word and the tier byte) and a control byte, in tables
-    // between half and seven eighths full, plus the shards themselves.
+    // between half and fifteen sixteenths full, plus the shards themselves.
     let clock = ManualClock::new();
     let capacity = 100_000;
     let limiter = KeyedLimiter::builder(FREE, &clock)

@@ -82,12 +82,13 @@ use tables::{insert, on_shards, retain, shard_bits, shard_map, shrink, Shard, Sl
 /// pair of 64-byte lines when they fit (seven 16-byte entries, 18.3 bytes a slot, so that a check
 /// reads one pair of lines), otherwise packed (24-byte entries, 25.1 bytes a slot; 32-byte ones,
 /// 33.1); entries of 8 bytes, seven to a line. Each table is a power of two of groups, doubled when
-/// seven eighths of its slots are full, so one table holds between 1.14 and 2.3 slots per key,
-/// depending on where the key count falls between two doublings. The shards take unequal shares of
-/// the keys, spread over one doubling, so that they do not all double at the same key count: with 8
-/// shards or more, keys held in one table of each shard cost between 1.5 and 1.8 slots each at any
-/// key count (worked out from the table sizes for 10^4 to 10^7 keys) — on average over key counts
-/// the same as equal shards (1.65), without their highs and lows. Removing a key leaves no mark
+/// fifteen sixteenths of its slots are full, so one table holds between 1.07 and 2.13 slots per
+/// key, depending on where the key count falls between two doublings. The shards take unequal
+/// shares of the keys, spread over one doubling, so that they do not all double at the same key
+/// count: with 8 shards or more, keys held in one table of each shard cost between 1.43 and 1.62
+/// slots each at any key count (worked out from the table sizes for 10^4 to 10^7 keys; 1.54 on
+/// average, where equal shards doubling at seven eighths, as hashbrown's, average 1.65 between
+/// 1.14 and 2.3). Removing a key leaves no mark
 /// behind, so a table at a steady number of keys under a flood of new ones keeps its size.
 /// [`heap_bytes`](Self::heap_bytes) reports the tables as they are.
 ///

@@ -190,10 +190,10 @@ impl<E: Slot> Entries<E> {
 
 /// Which shard each slice of a hash's shard bits goes to: shard `i` of `count` takes a share
 /// of the hashes proportional to `2^(i / count)`, so that the shards hold different numbers of
-/// keys, spread over one doubling. A table doubles when it is seven eighths full, so shards of
-/// equal size would all be just past doubling (under half full) at the same key counts;
-/// spread over a doubling, they double one at a time, and the limiter's tables stay about 0.6
-/// full on average at any key count instead of between 0.44 and 0.88 all together.
+/// keys, spread over one doubling. A table doubles when it is fifteen sixteenths full, so
+/// shards of equal size would all be just past doubling (under half full) at the same key
+/// counts; spread over a doubling, they double one at a time, and the limiter's tables stay
+/// about 0.65 full on average at any key count instead of between 0.47 and 0.94 all together.
 ///
 /// The map has 32 slices per shard (a power of two at least that): shard `i` gets the slices
 /// whose middle `x` in `[0, 1)` has `floor(count × log2(1 + x)) = i`, the inverse of the
