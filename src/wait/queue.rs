@@ -278,7 +278,14 @@ pub(crate) fn at_once<B: Lined, const N: usize>(
     if !nobody_waits(buckets) {
         return None;
     }
-    match take() {
+    settled(take())
+}
+
+/// What a take at once settles: a grant or a refusal, or `None` for tokens not there yet (the
+/// wait then joins the line).
+#[inline(always)]
+fn settled(taken: Result<(), Denied>) -> Option<Result<(), Denied>> {
+    match taken {
         Err(Denied::Insufficient { .. }) => None,
         settled => Some(settled),
     }
@@ -306,14 +313,12 @@ pub(crate) fn settled_at_once<B: Lined + ReserveNow<Cost = u32>>(
     if n == 0 {
         return Some(Ok(()));
     }
-    // `at_once`'s steps written out: its `take`, a closure, was left a call in some callers.
+    // `at_once`'s steps, not a call of it: its `take`, a closure, was left a call in some
+    // callers.
     if !nobody_waits([bucket]) {
         return None;
     }
-    match bucket.take_at_once(n) {
-        Err(Denied::Insufficient { .. }) => None,
-        settled => Some(settled),
-    }
+    settled(bucket.take_at_once(n))
 }
 
 /// What a waiter does next.
