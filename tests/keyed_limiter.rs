@@ -1,10 +1,11 @@
 //! The sharded per-key limiter for servers, pinned with a manual clock.
 
 use core::time::Duration;
+use std::hash::{BuildHasherDefault, DefaultHasher};
 
 use tollgate::{
-    ConfigError, Denied, KeyedConfigError, KeyedDenied, KeyedLimiter, ManualClock, Quota, Rate,
-    TokenBucket, WhenFull,
+    ConfigError, DefaultWord, Denied, KeyedConfigError, KeyedDenied, KeyedLimiter, ManualClock,
+    Quota, Rate, TokenBucket, WhenFull,
 };
 
 #[test]
@@ -262,30 +263,66 @@ fn any_hasher_gives_the_same_decisions_even_one_where_every_key_collides() {
     }
 }
 
+/// A limiter whose memory is weighed: eight shards, `u64` keys whose buckets stay busy for a
+/// minute, and a fixed hasher, so that the shards' shares are the same in every run.
+fn weighed(
+    capacity: usize,
+    clock: &ManualClock,
+) -> KeyedLimiter<u64, &ManualClock, DefaultWord, BuildHasherDefault<DefaultHasher>> {
+    KeyedLimiter::builder(Quota::new(Rate::per_minute(1)).burst(10), clock)
+        .capacity(capacity)
+        .shards(8)
+        .hasher(BuildHasherDefault::<DefaultHasher>::default())
+        .when_full(WhenFull::Refuse)
+        .build()
+        .unwrap()
+}
+
 #[test]
 fn held_keys_cost_at_most_the_stated_slots_each_at_every_key_count() {
     // `u64` keys on the 64-bit word: 16-byte entries, seven to a 128-byte group, 18.3 bytes a
     // slot. Eight shards spread over a doubling and tables that double at fifteen sixteenths
     // full hold 1.43 to 1.62 slots per key at any count: at most 29.6 bytes, shards included.
     // Doubling at seven eighths they held up to 1.8 (32.9 bytes at 14 000 keys, 31.5 at
-    // 100 000). The hasher is fixed, so that the shards' shares are the same in every run.
+    // 100 000).
     let clock = ManualClock::new();
-    let quota = Quota::new(Rate::per_minute(1)).burst(10);
     let counts = [
         10_000u64, 14_000, 20_000, 28_000, 56_000, 100_000, 113_000, 200_000,
     ];
     for keys in counts {
-        let limiter = KeyedLimiter::builder(quota, &clock)
-            .capacity(2 * keys as usize)
-            .shards(8)
-            .hasher(std::hash::BuildHasherDefault::<std::hash::DefaultHasher>::default())
-            .when_full(WhenFull::Refuse)
-            .build()
-            .unwrap();
+        let limiter = weighed(2 * keys as usize, &clock);
         for key in 0..keys {
             limiter.try_acquire(&key, 1).unwrap();
         }
         let per_key = limiter.heap_bytes() as f64 / keys as f64;
         assert!(per_key <= 29.5, "{keys} keys: {per_key:.2} bytes per key");
+    }
+}
+
+#[test]
+fn a_limiter_at_its_capacity_holds_its_keys_in_nearly_full_tables() {
+    // Each shard's tables grow to what its share of the capacity needs rather than doubling past
+    // it: at capacity, after a flood of refused new keys, `u64` keys cost at most 22 bytes each
+    // (18.3-byte slots 0.85 to 0.91 full, shards included: 21.6 bytes at 10 000, 20.2 at
+    // 100 000), where tables doubling past it held 26.4 to 28.9. The capacities fall at several
+    // points between two doublings.
+    let clock = ManualClock::new();
+    for capacity in [10_000u64, 37_000, 100_000, 150_000] {
+        let limiter = weighed(capacity as usize, &clock);
+        for key in 0..capacity {
+            limiter.try_acquire(&key, 1).unwrap();
+        }
+        for key in capacity..capacity * 2 {
+            assert!(matches!(
+                limiter.try_acquire(&key, 1),
+                Err(KeyedDenied::Full { .. })
+            ));
+        }
+        assert_eq!(limiter.len(), capacity as usize);
+        let per_key = limiter.heap_bytes() as f64 / capacity as f64;
+        assert!(
+            per_key <= 22.0,
+            "{capacity} keys: {per_key:.2} bytes per key"
+        );
     }
 }

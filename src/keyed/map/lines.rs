@@ -1,7 +1,7 @@
 //! A shard's hash table of entries, laid out so that a lookup of a held key reads one cache
 //! line, or one aligned pair of lines, when the entries are small.
 //!
-//! The table is a power of two of *groups*, each starting with an eight-byte header: one byte
+//! The table is a number of *groups*, each starting with an eight-byte header: one byte
 //! per slot (0 when the slot is empty, otherwise `0x80` and the top seven bits of the key's
 //! hash) and, in the last byte, how many keys passed over this group because it was full when
 //! they were inserted. The entries follow the header: seven `u64` keys with their 64-bit words
@@ -9,8 +9,10 @@
 //! held key arrive together, where a table of control bytes apart from its entries costs two
 //! cache misses (and two pages) per lookup. See [`geometry`] for other entry sizes.
 //!
-//! A key is looked for in its home group (the hash's low bits), then along a triangular probe
-//! over the groups; a lookup stops at the first group that no key passed over. Removal leaves
+//! A key is looked for in its home group (the hash's low 32 bits scaled to the group count, so
+//! that a table can have any number of groups), then along a triangular probe over the next
+//! power of two of groups, passing over those past the table's end; a lookup stops at the first
+//! group that no key passed over. Removal leaves
 //! no deleted mark: it takes one from the count of each group the key passed over, so a table
 //! at a steady number of keys under a flood of insertions and evictions never grows for
 //! removed keys, and never needs a rebuild at its size. A count that reaches 255 stays there
@@ -74,8 +76,10 @@ const fn min(a: usize, b: usize) -> usize {
 pub(crate) struct Lines<E> {
     /// `groups` groups of `Self::GROUP_BYTES` bytes each, or dangling when `groups` is 0.
     memory: NonNull<u8>,
-    /// A power of two, or 0 before the first insertion and after the last shrink.
+    /// 0 before the first insertion and after the last shrink.
     groups: usize,
+    /// The next power of two of `groups`, less one: the probe's range.
+    mask: usize,
     len: usize,
     _entries: PhantomData<E>,
 }
@@ -115,6 +119,7 @@ impl<E> Lines<E> {
         Lines {
             memory: NonNull::dangling(),
             groups: 0,
+            mask: 0,
             len: 0,
             _entries: PhantomData,
         }
@@ -146,17 +151,30 @@ impl<E> Lines<E> {
         }
     }
 
-    /// The fewest groups (a power of two, or none) that hold `len` entries.
+    /// The fewest groups (none for no entry) that hold `len` entries.
     fn groups_for(len: usize) -> usize {
         if len == 0 {
             return 0;
         }
         let slots = if len < 8 { len } else { len + len.div_ceil(15) };
-        let mut groups = slots.div_ceil(Self::SLOTS).next_power_of_two();
+        let mut groups = slots.div_ceil(Self::SLOTS);
         while Self::max_len(groups) < len {
-            groups *= 2;
+            groups += 1;
         }
         groups
+    }
+
+    /// How many groups a table at its load limit grows to: twice as many, but no more than
+    /// hold `planned` entries if that is more than it has, so that a table that reaches what
+    /// it was planned for is nearly full rather than just past a doubling.
+    fn grown(&self, planned: usize) -> usize {
+        let doubled = (self.groups * 2).max(Self::groups_for(self.len + 1));
+        let planned = Self::groups_for(planned);
+        if planned > self.groups && planned < doubled {
+            planned.max(Self::groups_for(self.len + 1))
+        } else {
+            doubled
+        }
     }
 
     /// The layout of `groups` groups.
@@ -216,7 +234,7 @@ impl<E> Lines<E> {
             return None;
         }
         let tag = tag_of(hash);
-        let mut probe = Probe::new(hash, self.groups);
+        let mut probe = self.probe(hash);
         loop {
             // SAFETY: the probe stays below `self.groups`.
             let header = unsafe { self.header(probe.group) };
@@ -266,8 +284,8 @@ impl<E> Lines<E> {
             self.slot(group, slot).read()
         };
         self.len -= 1;
-        let mut probe = Probe::new(hash, self.groups);
-        for _ in 0..steps {
+        let mut probe = self.probe(hash);
+        while probe.steps < steps {
             // SAFETY: the probe stays below `self.groups`.
             let count = unsafe { &mut *self.group(probe.group).add(OVERFLOW_BYTE) };
             if *count != u8::MAX {
@@ -278,11 +296,18 @@ impl<E> Lines<E> {
         entry
     }
 
-    /// Inserts `entry`, whose key the table does not hold, doubling the table first if it is
-    /// at its load limit (`rehash` gives each entry's hash); returns it.
-    pub fn insert(&mut self, hash: u64, entry: E, rehash: impl Fn(&E) -> u64) -> &E {
+    /// Inserts `entry`, whose key the table does not hold, growing the table first if it is
+    /// at its load limit: doubling it, or less if `planned` entries fit in fewer groups than
+    /// that (`rehash` gives each entry's hash); returns it.
+    pub fn insert(
+        &mut self,
+        hash: u64,
+        entry: E,
+        planned: usize,
+        rehash: impl Fn(&E) -> u64,
+    ) -> &E {
         if self.len == Self::max_len(self.groups) {
-            self.resize(Self::groups_for(self.len + 1).max(self.groups * 2), &rehash);
+            self.resize(self.grown(planned), &rehash);
         }
         let (group, slot) = self.place(hash);
         // SAFETY: `place` returned an empty slot, now marked as held; the write moves the entry
@@ -298,7 +323,7 @@ impl<E> Lines<E> {
     /// Marks the first empty slot on `hash`'s probe as held and returns it, counting the key in
     /// each full group it passes over. The table has an empty slot.
     fn place(&mut self, hash: u64) -> (usize, usize) {
-        let mut probe = Probe::new(hash, self.groups);
+        let mut probe = self.probe(hash);
         loop {
             // SAFETY: the probe stays below `self.groups`.
             let header = unsafe { self.header(probe.group) };
@@ -312,7 +337,7 @@ impl<E> Lines<E> {
             // SAFETY: a header byte of an allocated group.
             let count = unsafe { &mut *self.group(probe.group).add(OVERFLOW_BYTE) };
             *count = count.saturating_add(1);
-            // A triangular probe visits every group, and one has room: `len < max_len`.
+            // The probe visits every group, and one has room: `len < max_len`.
             probe.next();
         }
     }
@@ -345,16 +370,36 @@ impl<E> Lines<E> {
                     continue;
                 }
                 let hash = rehash(entry);
-                let steps = Probe::steps_to(hash, self.groups, group);
+                let steps = self.probe(hash).steps_to(group);
                 drop(self.take(hash, group, slot, steps));
             }
         }
     }
 
-    /// Gives memory back once the table is mostly empty: rebuilt at the size its entries need.
+    /// Gives memory back once the table is mostly empty: rebuilt at the power of two of groups
+    /// its entries need (so that it has room to grow again before it doubles).
     pub fn shrink(&mut self, rehash: impl Fn(&E) -> u64) {
         if self.len.saturating_mul(4) < Self::max_len(self.groups) {
-            self.resize(Self::groups_for(self.len), &rehash);
+            let groups = Self::groups_for(self.len);
+            self.resize(
+                if groups == 0 {
+                    0
+                } else {
+                    groups.next_power_of_two()
+                },
+                &rehash,
+            );
+        }
+    }
+
+    /// The probe of `hash`. The table has a group.
+    #[inline]
+    fn probe(&self, hash: u64) -> Probe {
+        Probe {
+            group: home(hash, self.groups),
+            steps: 0,
+            mask: self.mask,
+            groups: self.groups,
         }
     }
 
@@ -367,6 +412,7 @@ impl<E> Lines<E> {
             let memory = unsafe { alloc_zeroed(layout) };
             resized.memory = NonNull::new(memory).unwrap_or_else(|| handle_alloc_error(layout));
             resized.groups = groups;
+            resized.mask = groups.next_power_of_two() - 1;
         }
         for group in 0..self.groups {
             for slot in 0..Self::SLOTS {
@@ -445,42 +491,52 @@ fn overflow(header: u64) -> u64 {
     header >> (8 * OVERFLOW_BYTE)
 }
 
-/// A triangular probe over a power of two of groups: from the hash's home group, 1, 2, 3…
-/// groups further each step, which visits every group once in as many steps as there are
-/// groups.
+/// The home group of a key of this hash among `groups`: the hash's low 32 bits scaled to the
+/// group count (a multiply and a shift, where a power of two of groups would take a mask), so
+/// that each group is home to an equal share of hashes. The top bits are the tag's, and the
+/// shard's bits lie above bit 40.
+#[inline]
+fn home(hash: u64, groups: usize) -> usize {
+    // In 128 bits, so that no group count overflows the product.
+    ((u128::from(hash as u32) * groups as u128) >> 32) as usize
+}
+
+/// A triangular probe over the next power of two of groups: from the hash's home group, 1, 2,
+/// 3… groups further each step, modulo that power of two, which visits each of its groups once
+/// in as many steps; the groups past the table's end are passed over without being read.
 #[derive(Clone, Copy)]
 struct Probe {
     group: usize,
+    /// Steps taken, counting the groups passed over past the end.
     steps: usize,
+    /// The power of two of groups the probe runs over, less one.
     mask: usize,
+    groups: usize,
 }
 
 impl Probe {
-    #[inline]
-    fn new(hash: u64, groups: usize) -> Self {
-        let mask = groups - 1;
-        Probe {
-            group: hash as usize & mask,
-            steps: 0,
-            mask,
-        }
-    }
-
-    /// Moves to the next group; `false` once every group has been visited.
+    /// Moves to the next group of the table; `false` once every group has been visited (the
+    /// probe then stays where it was).
     #[inline]
     fn next(&mut self) -> bool {
-        self.steps += 1;
-        self.group = (self.group + self.steps) & self.mask;
-        self.steps <= self.mask
+        loop {
+            self.steps += 1;
+            if self.steps > self.mask {
+                return false;
+            }
+            self.group = (self.group + self.steps) & self.mask;
+            if self.group < self.groups {
+                return true;
+            }
+        }
     }
 
-    /// How many steps `hash`'s probe takes to reach `group`.
-    fn steps_to(hash: u64, groups: usize, group: usize) -> usize {
-        let mut probe = Probe::new(hash, groups);
-        while probe.group != group {
-            probe.next();
+    /// How many steps the probe takes to reach `group`, which is on it.
+    fn steps_to(mut self, group: usize) -> usize {
+        while self.group != group {
+            self.next();
         }
-        probe.steps
+        self.steps
     }
 }
 

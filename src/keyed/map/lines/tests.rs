@@ -90,6 +90,12 @@ fn ops() -> impl Strategy<Value = Vec<Op>> {
     prop::collection::vec(op(), 0..if cfg!(miri) { 60 } else { 200 })
 }
 
+/// The keys a table is planned for: none (it only doubles) or up to past the 48 keys the
+/// operations use, so that tables grow to group counts that are not powers of two.
+fn planned() -> impl Strategy<Value = usize> {
+    0..64usize
+}
+
 fn op() -> impl Strategy<Value = Op> {
     // Few keys, so that puts meet held keys and removals find them.
     let key = 0..48u64;
@@ -103,7 +109,7 @@ fn op() -> impl Strategy<Value = Op> {
 
 /// Runs `ops` on a table of `E` and on a `HashMap`, checking after each step that they hold
 /// the same keys and values, and that the table's length and iteration say so.
-fn against_model<E: TestEntry>(ops: &[Op], colliding: bool) {
+fn against_model<E: TestEntry>(ops: &[Op], colliding: bool, planned: usize) {
     let hash = |e: &E| hash_of(e.key(), colliding);
     let mut table = Lines::<E>::new();
     let mut model = HashMap::new();
@@ -114,7 +120,12 @@ fn against_model<E: TestEntry>(ops: &[Op], colliding: bool) {
                 match table.find_mut(hash_of(key, colliding), |e| e.key() == key) {
                     Some(entry) => entry.set_value(value),
                     None => {
-                        let entry = table.insert(hash_of(key, colliding), E::new(key, value), hash);
+                        let entry = table.insert(
+                            hash_of(key, colliding),
+                            E::new(key, value),
+                            planned,
+                            hash,
+                        );
                         assert_eq!(entry.key(), key);
                     }
                 }
@@ -171,18 +182,18 @@ proptest! {
     #![proptest_config(config())]
 
     #[test]
-    fn sixteen_byte_entries_follow_the_model(ops in ops(), colliding: bool) {
-        against_model::<(u64, u64)>(&ops, colliding);
+    fn sixteen_byte_entries_follow_the_model(ops in ops(), colliding: bool, planned in planned()) {
+        against_model::<(u64, u64)>(&ops, colliding, planned);
     }
 
     #[test]
-    fn eight_byte_entries_follow_the_model(ops in ops(), colliding: bool) {
-        against_model::<(u32, u32)>(&ops, colliding);
+    fn eight_byte_entries_follow_the_model(ops in ops(), colliding: bool, planned in planned()) {
+        against_model::<(u32, u32)>(&ops, colliding, planned);
     }
 
     #[test]
-    fn entries_that_own_memory_follow_the_model(ops in ops(), colliding: bool) {
-        against_model::<(String, u64)>(&ops, colliding);
+    fn entries_that_own_memory_follow_the_model(ops in ops(), colliding: bool, planned in planned()) {
+        against_model::<(String, u64)>(&ops, colliding, planned);
     }
 }
 
@@ -209,7 +220,7 @@ fn a_flood_at_a_steady_count_never_grows_the_table() {
     let mut table = Lines::new();
     let steady = if cfg!(miri) { 40 } else { 1000 };
     for key in 0..steady {
-        table.insert(hash_of(key, false), (key, 0), hash);
+        table.insert(hash_of(key, false), (key, 0), 0, hash);
     }
     let size = table.allocation_size();
     for key in steady..steady * 20 {
@@ -217,7 +228,7 @@ fn a_flood_at_a_steady_count_never_grows_the_table() {
         assert!(table
             .remove(hash_of(gone, false), |e| e.0 == gone)
             .is_some());
-        table.insert(hash_of(key, false), (key, 0), hash);
+        table.insert(hash_of(key, false), (key, 0), 0, hash);
         assert_eq!(table.allocation_size(), size, "after {key}");
     }
     assert_eq!(table.len(), steady as usize);
@@ -232,4 +243,60 @@ fn a_tag_matches_its_own_bytes_only() {
         u64::from_le_bytes([0x80, 0, 0x80, 0, 0, 0, 0x80, 0])
     );
     assert_eq!(matching_bytes(0, 0x80), 0);
+}
+
+/// From any home group of any group count, the probe visits every group of the table once
+/// (passing over those past the end) before it says it has visited them all.
+#[test]
+fn the_probe_visits_every_group_once_at_any_group_count() {
+    for groups in 1..=70usize {
+        for hash in (0..groups as u64 * 3).map(|i| (i << 32) / (groups as u64 * 3)) {
+            let mut probe = Probe {
+                group: home(hash, groups),
+                steps: 0,
+                mask: groups.next_power_of_two() - 1,
+                groups,
+            };
+            let mut seen = std::vec![false; groups];
+            loop {
+                assert!(probe.group < groups);
+                assert!(
+                    !seen[probe.group],
+                    "{groups} groups: group {} twice",
+                    probe.group
+                );
+                seen[probe.group] = true;
+                if !probe.next() {
+                    break;
+                }
+            }
+            assert!(
+                seen.iter().all(|&s| s),
+                "{groups} groups: a group never visited"
+            );
+        }
+    }
+}
+
+/// A table planned for a number of keys grows to the groups that hold them, not to the
+/// doubling past them, and is nearly full there; past its plan it doubles again.
+#[test]
+fn a_table_grows_to_its_plan_and_doubles_past_it() {
+    let hash = |e: &(u64, u64)| hash_of(e.0, false);
+    let planned = if cfg!(miri) { 200 } else { 10_000 };
+    let mut table = Lines::new();
+    for key in 0..planned as u64 {
+        table.insert(hash_of(key, false), (key, 0), planned, hash);
+    }
+    let groups = table.allocation_size() / 128;
+    assert_eq!(groups, Lines::<(u64, u64)>::groups_for(planned));
+    assert!(!groups.is_power_of_two());
+    assert!(planned as f64 / (groups * 7) as f64 > 0.9);
+    for key in planned as u64..(planned as u64 * 3 / 2) {
+        table.insert(hash_of(key, false), (key, 0), planned, hash);
+    }
+    assert_eq!(table.allocation_size() / 128, 2 * groups);
+    for key in 0..planned as u64 * 3 / 2 {
+        assert!(table.find(hash_of(key, false), |e| e.0 == key).is_some());
+    }
 }
