@@ -326,3 +326,28 @@ fn a_limiter_at_its_capacity_holds_its_keys_in_nearly_full_tables() {
         );
     }
 }
+
+#[test]
+fn a_capacity_of_every_key_there_can_be_plans_no_table_past_its_doublings() {
+    // Each shard's tables are planned for its share of the capacity: at `usize::MAX` keys the
+    // plan is far beyond any table, which then only doubles (no arithmetic on the plan
+    // overflows), and every key stays found.
+    // One shard plans for all of them.
+    let clock = ManualClock::new();
+    for shards in [1, 4] {
+        let limiter = KeyedLimiter::builder(Quota::new(Rate::per_minute(1)).burst(10), &clock)
+            .capacity(usize::MAX)
+            .shards(shards)
+            .build()
+            .unwrap();
+        for key in 0..5_000u64 {
+            limiter.try_acquire(&key, 1).unwrap();
+        }
+        for key in 0..5_000u64 {
+            assert_eq!(limiter.available(&key), 9);
+        }
+        assert_eq!(limiter.len(), 5_000);
+        // Tables that only double: no more than 2.2 slots of 18.3 bytes per key.
+        assert!(limiter.heap_bytes() <= 5_000 * 41);
+    }
+}

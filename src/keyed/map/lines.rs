@@ -169,9 +169,10 @@ impl<E> Lines<E> {
     /// it was planned for is nearly full rather than just past a doubling.
     fn grown(&self, planned: usize) -> usize {
         let doubled = (self.groups * 2).max(Self::groups_for(self.len + 1));
-        let planned = Self::groups_for(planned);
-        if planned > self.groups && planned < doubled {
-            planned.max(Self::groups_for(self.len + 1))
+        // Only a plan that the doubled table would hold with room to spare counts (which also
+        // keeps a plan of any size, up to `usize::MAX` keys, from overflowing `groups_for`).
+        if planned > self.len && planned < Self::max_len(doubled) {
+            Self::groups_for(planned).max(Self::groups_for(self.len + 1))
         } else {
             doubled
         }
