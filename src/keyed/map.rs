@@ -92,8 +92,10 @@ use tables::{
 /// average, where equal shards doubling at seven eighths, as hashbrown's, average 1.65 between
 /// 1.14 and 2.3). No table doubles past the size that holds its shard's share of the capacity
 /// (with four standard deviations to spare): it grows to that size instead, so a limiter at its
-/// capacity holds its keys in tables 0.85 to 0.91 full, 1.10 to 1.18 slots per key (20.2 bytes
-/// per `u64` key at a capacity of 100 000, 21.6 at 10 000), and a capacity bounds the memory.
+/// capacity with its keys unprotected (as a flood of new keys leaves it) holds them in tables
+/// 0.85 to 0.91 full, 1.10 to 1.18 slots per key (20.2 bytes per `u64` key at a capacity of
+/// 100 000, 21.6 at 10 000). Keys split between the two tables of a shard leave each below its
+/// plan, and they cost what doubling tables do (26 to 35 bytes per `u64` key at capacity).
 /// Removing a key leaves no mark behind, so a table at a steady number of keys under a flood of
 /// new ones keeps its size.
 /// [`heap_bytes`](Self::heap_bytes) reports the tables as they are.
