@@ -12,11 +12,11 @@
 //! A key is looked for in its home group (the hash's low 32 bits scaled to the group count, so
 //! that a table can have any number of groups), then along a triangular probe over the next
 //! power of two of groups, passing over those past the table's end; a lookup stops at the first
-//! group that no key passed over. Removal leaves
-//! no deleted mark: it takes one from the count of each group the key passed over, so a table
-//! at a steady number of keys under a flood of insertions and evictions never grows for
-//! removed keys, and never needs a rebuild at its size. A count that reaches 255 stays there
-//! until the table is rebuilt (it only makes lookups of absent keys probe further).
+//! group that no key passed over. Removal leaves no deleted mark: it takes one from the count
+//! of each group the key passed over, so a table at a steady number of keys under a flood of
+//! insertions and evictions never grows for removed keys, and never needs a rebuild at its
+//! size. A count that reaches 255 stays there until the table is rebuilt (it only makes
+//! lookups of absent keys probe further).
 //!
 //! The slots of a group are raw memory: this is the crate's one module with `unsafe` code, and
 //! every block says why it holds. The table is tested against a `HashMap` model (below, also
