@@ -351,3 +351,31 @@ fn a_capacity_of_every_key_there_can_be_plans_no_table_past_its_doublings() {
         assert!(limiter.heap_bytes() <= 5_000 * 41);
     }
 }
+
+#[test]
+fn threads_racing_for_the_last_slot_with_one_new_key_all_find_its_bucket() {
+    // One slot left, four threads asking for the same new key at once: one adds it, and the
+    // others, finding the limiter full, must find the key's bucket and take from it (a refusal
+    // as `Full` would be wrong: the key is held). Repeated, so that the threads meet at every
+    // point of the insertion.
+    use std::sync::Barrier;
+    let clock = ManualClock::new();
+    let quota = Quota::new(Rate::per_minute(1)).burst(10);
+    for round in 0..if cfg!(miri) { 5 } else { 2_000 } {
+        let limiter = KeyedLimiter::try_new(quota, &clock, 8, WhenFull::Refuse).unwrap();
+        for key in 0..7u64 {
+            limiter.try_acquire(&key, 1).unwrap();
+        }
+        let barrier = Barrier::new(4);
+        std::thread::scope(|s| {
+            for _ in 0..4 {
+                s.spawn(|| {
+                    barrier.wait();
+                    assert_eq!(limiter.try_acquire(&1_000, 1), Ok(()), "round {round}");
+                });
+            }
+        });
+        assert_eq!(limiter.len(), 8);
+        assert_eq!(limiter.available(&1_000), 6);
+    }
+}

@@ -55,8 +55,9 @@ use tables::{
 /// - A new key that finds the limiter at its capacity starts a round of sweeps over the
 ///   shards that are due: each evicts its full unprotected buckets and its protected ones past
 ///   their window, and records when a sixteenth of what it kept will be evictable; no round
-///   starts before the earliest of those. A flood costs one hash lookup per refused key and
-///   one scan per sixteenth of a shard freed, never a scan per key. If nothing could be freed
+///   starts before the earliest of those. A flood costs two lookups per refused key, both
+///   under the shard's shared lock (the newcomers of a flood wait for no write lock), and one
+///   scan per sixteenth of a shard freed, never a scan per key. If nothing could be freed
 ///   the key gets what [`WhenFull`] says, and [`until_room`](Self::until_room) says when the
 ///   next round is due (the `Retry-After` of a 503).
 ///
@@ -629,6 +630,15 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word, S: BuildHasher> KeyedLimiter<K, C,
         for round in [false, true] {
             if round && !self.make_room(now) {
                 break;
+            }
+            if self.held.load(Ordering::Relaxed) >= self.capacity {
+                // No slot to reserve: the key is looked for once more (another thread may have
+                // added it) under the shared lock, which the newcomers of a flood take together,
+                // rather than the write lock each would wait for in turn.
+                if let Some(entry) = shard.read().find(hash, key) {
+                    return self.take(entry, now, n);
+                }
+                continue;
             }
             let mut entries = shard.write();
             if let Some(entry) = entries.find(hash, key) {
