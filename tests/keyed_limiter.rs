@@ -331,8 +331,7 @@ fn a_limiter_at_its_capacity_holds_its_keys_in_nearly_full_tables() {
 fn a_capacity_of_every_key_there_can_be_plans_no_table_past_its_doublings() {
     // Each shard's tables are planned for its share of the capacity: at `usize::MAX` keys the
     // plan is far beyond any table, which then only doubles (no arithmetic on the plan
-    // overflows), and every key stays found.
-    // One shard plans for all of them.
+    // overflows), and every key stays found. On one shard the plan is all of them.
     let clock = ManualClock::new();
     for shards in [1, 4] {
         let limiter = KeyedLimiter::builder(Quota::new(Rate::per_minute(1)).burst(10), &clock)

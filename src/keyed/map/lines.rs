@@ -78,7 +78,8 @@ pub(crate) struct Lines<E> {
     memory: NonNull<u8>,
     /// 0 before the first insertion and after the last shrink.
     groups: usize,
-    /// The next power of two of `groups`, less one: the probe's range.
+    /// The next power of two of `groups`, less one: the probe's range, kept beside `groups`
+    /// so that a lookup does not work it out.
     mask: usize,
     len: usize,
     _entries: PhantomData<E>,
@@ -172,7 +173,7 @@ impl<E> Lines<E> {
         // Only a plan that the doubled table would hold with room to spare counts (which also
         // keeps a plan of any size, up to `usize::MAX` keys, from overflowing `groups_for`).
         if planned > self.len && planned < Self::max_len(doubled) {
-            Self::groups_for(planned).max(Self::groups_for(self.len + 1))
+            Self::groups_for(planned)
         } else {
             doubled
         }
@@ -396,12 +397,7 @@ impl<E> Lines<E> {
     /// The probe of `hash`. The table has a group.
     #[inline]
     fn probe(&self, hash: u64) -> Probe {
-        Probe {
-            group: home(hash, self.groups),
-            steps: 0,
-            mask: self.mask,
-            groups: self.groups,
-        }
+        Probe::new(hash, self.groups, self.mask)
     }
 
     /// Moves every entry into a new allocation of `groups` groups (none if 0), which holds them.
@@ -516,6 +512,18 @@ struct Probe {
 }
 
 impl Probe {
+    /// The probe of `hash` over `groups` groups (at least one), `mask` their next power of two
+    /// less one.
+    #[inline]
+    fn new(hash: u64, groups: usize, mask: usize) -> Self {
+        Probe {
+            group: home(hash, groups),
+            steps: 0,
+            mask,
+            groups,
+        }
+    }
+
     /// Moves to the next group of the table; `false` once every group has been visited (the
     /// probe then stays where it was).
     #[inline]

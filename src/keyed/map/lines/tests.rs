@@ -251,12 +251,7 @@ fn a_tag_matches_its_own_bytes_only() {
 fn the_probe_visits_every_group_once_at_any_group_count() {
     for groups in 1..=70usize {
         for hash in (0..groups as u64 * 3).map(|i| (i << 32) / (groups as u64 * 3)) {
-            let mut probe = Probe {
-                group: home(hash, groups),
-                steps: 0,
-                mask: groups.next_power_of_two() - 1,
-                groups,
-            };
+            let mut probe = Probe::new(hash, groups, groups.next_power_of_two() - 1);
             let mut seen = std::vec![false; groups];
             loop {
                 assert!(probe.group < groups);
