@@ -13,8 +13,11 @@
 //! threaded tables also give tollgate's ratio to governor round by round (median and quartiles):
 //! contended figures move by a tenth from run to run, and a round's two figures move together.
 //!
-//! The floor is what no limiter on that clock can beat: the clock's read (for the TSC, quanta's
-//! raw counter scaled to nanoseconds), one load and one compare-exchange.
+//! The floor is what no limiter on that clock can beat: the clock's read (for the TSC,
+//! `TscClock`'s: the counter read in place and scaled to nanoseconds by one multiply), one load
+//! and one compare-exchange. The TSC's grants are also set beside the floor on quanta's own
+//! reading of the counter (its `raw` and `delta_as_nanos`, the reading governor's default clock
+//! makes), the floor that `TscClock`'s reading was first measured against.
 
 mod common;
 
@@ -22,8 +25,8 @@ use std::hint::black_box;
 use std::time::Instant;
 
 use common::{
-    by_round, line_up, line_up_deny_floors, line_up_neighbours, line_up_waits, median,
-    time_on_threads, Check, Path,
+    by_round, floor, line_up, line_up_deny_floors, line_up_neighbours, line_up_waits, median,
+    time_on_threads, Check, Path, QuantaReading,
 };
 
 /// Checks per timing: long enough to dwarf `Instant::now()`, short enough for many rounds.
@@ -145,10 +148,13 @@ fn main() {
     println!("| path | floor | tollgate | governor | tollgate ÷ floor | tollgate ÷ governor |");
     println!("|---|---|---|---|---|---|");
     let mut deny_floors = Vec::new();
+    let mut quanta_floor = None;
     for path in [Path::Allow, Path::Deny] {
         let mut all = line_up(path, true);
         if path == Path::Deny {
             all.extend(line_up_deny_floors());
+        } else {
+            all.push(("tsc/quanta-floor", Box::new(floor(QuantaReading::new()))));
         }
         let m = medians_of(all, rounds, ns_per_check);
         if path == Path::Deny {
@@ -164,11 +170,22 @@ fn main() {
         }
         // The cheapest clock against governor's default (the TSC through quanta).
         let get = |name: &str| *named(&m, name);
+        if path == Path::Allow {
+            quanta_floor = Some((get("tsc/quanta-floor"), get("tsc/tollgate")));
+        }
         let (coarse, default) = (get("coarse/tollgate"), get("tsc/governor-default"));
         println!(
             "| coarse, {} | | {coarse:.1} | {default:.1} (default) | | {:.2} |",
             path.name(),
             coarse / default
+        );
+    }
+    if let Some((floor, ours)) = quanta_floor {
+        println!();
+        println!(
+            "The TSC's grant beside the floor on quanta's own reading of the counter (its `raw` \
+             and `delta_as_nanos`), the same rounds: {ours:.1} ns against {floor:.1}, {:.2} × it",
+            ours / floor
         );
     }
     // The denials beside what no denial can beat: the clock's read, one load, one compare.

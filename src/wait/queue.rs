@@ -134,15 +134,28 @@ type Shard = Vec<Line>;
 /// Every bucket's line, spread over [`SHARDS`] locks.
 struct Registry {
     shards: [Mutex<Shard>; SHARDS],
-    /// How many lines each shard holds, written under its lock: read without it, a zero says
-    /// that nobody waits on any bucket of the shard, and a wait can take at once.
+    counts: Counts,
+}
+
+/// How many lines there are, read without a lock by every wait that can take at once: a zero
+/// says that nobody waits, and the wait takes at once. Written only as a line opens or closes,
+/// under its shard's lock, and on cache lines of their own, apart from the locks.
+#[repr(C, align(64))]
+struct Counts {
+    /// Every shard's lines: zero while nobody waits on any bucket, so that a wait can take at
+    /// once after one load of a fixed address (no bucket's shard to work out).
+    all: AtomicU32,
+    /// Each shard's lines: zero while nobody waits on any bucket of the shard.
     lines: [AtomicU32; SHARDS],
 }
 
 #[cfg(not(loom))]
 static REGISTRY: Registry = Registry {
     shards: [const { Mutex::new(Vec::new()) }; SHARDS],
-    lines: [const { AtomicU32::new(0) }; SHARDS],
+    counts: Counts {
+        all: AtomicU32::new(0),
+        lines: [const { AtomicU32::new(0) }; SHARDS],
+    },
 };
 
 #[cfg(not(loom))]
@@ -154,7 +167,10 @@ fn registry() -> &'static Registry {
 crate::engine::sync::lazy_static! {
     static ref REGISTRY: Registry = Registry {
         shards: core::array::from_fn(|_| Mutex::new(Vec::new())),
-        lines: core::array::from_fn(|_| AtomicU32::new(0)),
+        counts: Counts {
+            all: AtomicU32::new(0),
+            lines: core::array::from_fn(|_| AtomicU32::new(0)),
+        },
     };
 }
 
@@ -239,7 +255,7 @@ impl<const N: usize> Locked<N> {
             Some(at) => at,
             None => {
                 shard.push(Line::new(key));
-                count_lines(key, shard.len());
+                opened(key, shard.len());
                 shard.len() - 1
             }
         };
@@ -253,18 +269,32 @@ impl<const N: usize> Locked<N> {
                 .position(|line| line.key == key && line.entries.is_empty())
             {
                 shard.swap_remove(at);
-                count_lines(key, shard.len());
+                closed(key, shard.len());
             }
         }
     }
 }
 
-/// Publishes how many lines `key`'s shard holds, under its lock. Relaxed: the count is a hint
-/// for [`at_once`], which orders nothing by it (a waiter joining as a wait reads a zero is
-/// overtaken once, as by a `try_acquire`).
-fn count_lines(key: usize, lines: usize) {
-    let count = u32::try_from(lines).unwrap_or(u32::MAX);
-    registry().lines[shard_of(key)].store(count, Ordering::Relaxed);
+/// Publishes a line opened for `key`, whose shard now holds `lines`, under the shard's lock.
+/// Relaxed: the counts are a hint for [`at_once`], which orders nothing by them (a waiter
+/// joining as a wait reads a zero is overtaken once, as by a `try_acquire`).
+fn opened(key: usize, lines: usize) {
+    let counts = &registry().counts;
+    counts.all.fetch_add(1, Ordering::Relaxed);
+    counts.lines[shard_of(key)].store(saturated(lines), Ordering::Relaxed);
+}
+
+/// Publishes a line closed for `key`, whose shard now holds `lines`, under the shard's lock.
+fn closed(key: usize, lines: usize) {
+    let counts = &registry().counts;
+    counts.lines[shard_of(key)].store(saturated(lines), Ordering::Relaxed);
+    counts.all.fetch_sub(1, Ordering::Relaxed);
+}
+
+/// `lines` as a count, at most `u32::MAX` (more than a line per bucket a process can hold, on
+/// a 32-bit host).
+fn saturated(lines: usize) -> u32 {
+    u32::try_from(lines).unwrap_or(u32::MAX)
 }
 
 /// The wait's fast path: when nobody waits on any of `buckets` (nor on a bucket sharing their
@@ -294,10 +324,11 @@ fn settled(taken: Result<(), Denied>) -> Option<Result<(), Denied>> {
 /// Whether nobody waits on any of `buckets`, nor on a bucket sharing their shards.
 #[inline(always)]
 fn nobody_waits<B, const N: usize>(buckets: [&B; N]) -> bool {
-    let lines = &registry().lines;
-    buckets
-        .iter()
-        .all(|&bucket| lines[shard_of(key_of(bucket))].load(Ordering::Relaxed) == 0)
+    let counts = &registry().counts;
+    counts.all.load(Ordering::Relaxed) == 0
+        || buckets
+            .iter()
+            .all(|&bucket| counts.lines[shard_of(key_of(bucket))].load(Ordering::Relaxed) == 0)
 }
 
 /// The start of one bucket's wait for `n` tokens, shared by the blocking and the async one:
