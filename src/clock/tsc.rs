@@ -1,4 +1,4 @@
-//! [`TscClock`]: the CPU's time-stamp counter, read through `quanta` (feature `quanta`).
+//! [`TscClock`]: the CPU's time-stamp counter, calibrated by `quanta` (feature `quanta`).
 
 use crate::Clock;
 
@@ -66,7 +66,7 @@ impl Default for TscClock {
 /// quanta scales a count by a factor and a shift that it computes at calibration, and does not
 /// expose; its reading of 2^62 counts is that factor to within 2^-62 ns per count, so a reading
 /// through the scale is within `count × 2^-62` ns of quanta's own (plus one for the rounding
-/// down of each): under a nanosecond for the first 2^62 counts, 47 years of a 3 GHz counter.
+/// down of each): under a nanosecond for the first 2^62 counts, 48 years of a 3 GHz counter.
 fn scale_of(clock: &quanta::Clock) -> u64 {
     const COUNTS: u64 = 1 << 62;
     let nanos = clock.delta_as_nanos(0, COUNTS);
