@@ -2,7 +2,9 @@
 //! governor on each clock, measured in interleaved rounds (every limiter once a round, in turn)
 //! and reported as medians, so that a shared machine's slow spells fall on all of them alike.
 //!
-//! `cargo bench --bench ratios` (`-- 41` for the rounds; 31 by default). The denials then again
+//! `cargo bench --bench ratios` (`-- 41` for the rounds; 31 by default). Then each limiter's
+//! denial divided by its grant, the two timed in the same rounds (every clock's grants and
+//! denials of tollgate and governor together), round by round. The denials then again
 //! beside their own floor (the clock's read, one load, one compare: a denial writes nothing),
 //! and read for their wait, as a 429 with `Retry-After` reads it (tollgate's `retry_after()`;
 //! governor's denial holds the instant it is ready, so `wait_time_from` a fresh reading). Then
@@ -137,6 +139,11 @@ fn rows<'a>(
         })
 }
 
+/// The name a denial's limiter goes by among the grants' in the same rounds.
+fn denial(name: &str) -> String {
+    format!("deny:{name}")
+}
+
 fn main() {
     let rounds = std::env::args()
         .skip(1)
@@ -186,6 +193,42 @@ fn main() {
             "The TSC's grant beside the floor on quanta's own reading of the counter (its `raw` \
              and `delta_as_nanos`), the same rounds: {ours:.1} ns against {floor:.1}, {:.2} × it",
             ours / floor
+        );
+    }
+    // A denial beside a grant of the same limiter, in the same rounds.
+    let limiters = |path| {
+        line_up(path, true)
+            .into_iter()
+            .filter(|(name, _)| {
+                name.ends_with("/tollgate") || PEERS.iter().any(|(_, peer)| peer == name)
+            })
+            .collect::<Vec<_>>()
+    };
+    let mut both = limiters(Path::Allow);
+    let denials = limiters(Path::Deny)
+        .into_iter()
+        .map(|(name, limiter)| (&*Box::leak(denial(name).into_boxed_str()), limiter));
+    both.extend(denials);
+    let samples = samples_of(both, rounds, ns_per_check);
+    let series = |name: &str| named(&samples, name).as_slice();
+    let quartiles = |name: &str| {
+        let (q1, mid, q3) = paired(series(&denial(name)), series(name));
+        format!("{mid:.2} ({q1:.2}–{q3:.2})")
+    };
+    println!();
+    println!(
+        "A denial ÷ a grant of the same limiter, timed in the same rounds ({rounds}), round by \
+         round: median (quartiles)"
+    );
+    println!();
+    println!("| clock | tollgate | governor |");
+    println!("|---|---|---|");
+    for (clock, peer) in PEERS {
+        println!(
+            "| {clock} | {} | {} ({}) |",
+            quartiles(&format!("{clock}/tollgate")),
+            quartiles(peer),
+            peer.split('/').nth(1).unwrap()
         );
     }
     // The denials beside what no denial can beat: the clock's read, one load, one compare.

@@ -7,7 +7,7 @@
 use std::hint::black_box;
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use governor::clock::{FakeRelativeClock, MonotonicClock, QuantaClock, QuantaUpkeepClock};
@@ -316,8 +316,8 @@ pub fn tsc() -> TscClock {
     TscClock::new()
 }
 
-/// The TSC as quanta reads it in nanoseconds: its counter, then its scaling (two calls into
-/// quanta). `TscClock` reads the same counter in place and scales it with one multiply.
+/// The TSC as quanta reads it in nanoseconds: its counter (a call into quanta), then its
+/// scaling. `TscClock` reads the same counter in place and scales it with one multiply.
 pub struct QuantaReading(quanta::Clock);
 
 impl QuantaReading {
@@ -336,6 +336,15 @@ impl Clock for QuantaReading {
 
 pub fn coarse() -> CoarseClock {
     CoarseClock::new()
+}
+
+/// Governor's coarse clock, one for the process: quanta runs one upkeep thread at a time, and
+/// the limiters of a table (grants and denials in the same rounds) are all alive at once.
+pub fn upkeep() -> QuantaUpkeepClock {
+    static UPKEEP: OnceLock<QuantaUpkeepClock> = OnceLock::new();
+    UPKEEP
+        .get_or_init(|| QuantaUpkeepClock::from_interval(CoarseClock::UPKEEP_INTERVAL).unwrap())
+        .clone()
 }
 
 /// Every limiter on `path`, in the order the tables read: per clock, the floor, tollgate and
@@ -371,10 +380,7 @@ pub fn line_up(path: Path, with_manual: bool) -> Vec<(&'static str, Box<dyn Chec
     all.push(("coarse/tollgate", Box::new(tollgate(coarse(), path))));
     all.push((
         "coarse/governor-upkeep",
-        Box::new(governor_with(
-            QuantaUpkeepClock::from_interval(CoarseClock::UPKEEP_INTERVAL).unwrap(),
-            path,
-        )),
+        Box::new(governor_with(upkeep(), path)),
     ));
     all
 }
@@ -454,10 +460,7 @@ pub fn line_up_waits() -> Vec<(&'static str, Box<dyn Check>)> {
         ),
         (
             "coarse/governor-upkeep",
-            Box::new(ReadWait(governor_with(
-                QuantaUpkeepClock::from_interval(CoarseClock::UPKEEP_INTERVAL).unwrap(),
-                path,
-            ))),
+            Box::new(ReadWait(governor_with(upkeep(), path))),
         ),
     ]
 }
@@ -503,8 +506,7 @@ fn neighbours<L: Limiter + 'static>(count: usize, make: impl Fn() -> L) -> Box<d
 /// side by side, on the allow path, named as [`line_up`] names them.
 pub fn line_up_neighbours(count: usize) -> Vec<(&'static str, Box<dyn Check>)> {
     let path = Path::Allow;
-    // One upkeep thread at a time: the limiters share one clock.
-    let upkeep = QuantaUpkeepClock::from_interval(CoarseClock::UPKEEP_INTERVAL).unwrap();
+    let upkeep = upkeep();
     vec![
         ("std/floor", neighbours(count, || Padded(floor(StdClock)))),
         (
