@@ -249,7 +249,10 @@ fn a_tag_matches_its_own_bytes_only() {
 /// (passing over those past the end) before it says it has visited them all.
 #[test]
 fn the_probe_visits_every_group_once_at_any_group_count() {
-    for groups in 1..=70usize {
+    // Arithmetic alone, no memory to check: under miri, where 70 counts take three minutes,
+    // the first 20 (powers of two up to 16 and the counts on either side of them).
+    let most = if cfg!(miri) { 20 } else { 70 };
+    for groups in 1..=most {
         for hash in (0..groups as u64 * 3).map(|i| (i << 32) / (groups as u64 * 3)) {
             let mut probe = Probe::new(hash, groups, groups.next_power_of_two() - 1);
             let mut seen = std::vec![false; groups];
