@@ -52,6 +52,12 @@ impl TscClock {
             clock,
         }
     }
+
+    /// The nanoseconds of `count` counts, where `scale` is not 0.
+    #[inline]
+    fn scaled(&self, count: u64) -> u64 {
+        ((u128::from(count) * u128::from(self.scale)) >> 64) as u64
+    }
 }
 
 impl Default for TscClock {
@@ -92,14 +98,6 @@ impl Clock for TscClock {
         } else {
             self.clock.delta_as_nanos(0, self.clock.raw())
         }
-    }
-}
-
-impl TscClock {
-    /// The nanoseconds of `count` counts, where `scale` is not 0.
-    #[inline]
-    fn scaled(&self, count: u64) -> u64 {
-        ((u128::from(count) * u128::from(self.scale)) >> 64) as u64
     }
 }
 
@@ -155,7 +153,7 @@ mod tests {
         let mut counts = vec![1, 2, 3, 1_000, 1 << 20, 1 << 32, 1 << 40, 1 << 50, 1 << 56];
         counts.extend([(1 << 62) - 1, 1 << 62, 1 << 63, u64::MAX - 1, u64::MAX]);
         counts.push(clock.clock.raw());
-        // Scattered counts up to 2^62 (47 years of a 3 GHz counter).
+        // Scattered counts up to 2^62 (48 years of a 3 GHz counter).
         let mut x = 0x9E37_79B9_7F4A_7C15_u64;
         for _ in 0..10_000 {
             x ^= x << 13;
