@@ -156,22 +156,16 @@ pub mod headers;
 pub mod io;
 #[cfg(any(feature = "std", feature = "heapless"))]
 mod keyed;
-#[cfg(feature = "tower")]
-pub mod layer;
 mod limits;
 #[cfg(not(loom))]
 pub mod observe;
 mod rate;
-#[cfg(feature = "redis")]
-pub mod redis;
-mod wait;
+pub mod wait;
 with_atomic64! {
     mod adjustable;
 }
 
-#[cfg(feature = "redis")]
-pub use self::redis::RedisBucket;
-pub use bucket::{Pause, Reservation, TickRate, TokenBucket};
+pub use bucket::{Pause, Reservation, TickRate, TokenBucket, UnitBounds};
 pub use clock::Clock;
 #[cfg(all(feature = "coarse-clock", not(loom)))]
 pub use clock::CoarseClock;

@@ -1,7 +1,7 @@
 //! Observability: counts of what a limit granted, denied and made wait, kept beside the bucket,
 //! never in it.
 //!
-//! [`Counted`] wraps a limit (a [`TokenBucket`], a keyed limiter, a tower [`Limit`]) and tells an
+//! [`Counted`] wraps a limit (a [`TokenBucket`], a keyed limiter, `tollgate-tower`'s `Limit`) and tells an
 //! [`Observe`]r about each call it passes on. The bucket's word and size are untouched: a bucket
 //! that nobody counts pays nothing, and `Counted<_, ()>` compiles to the bare call. [`Counters`]
 //! is the observer for every target: relaxed atomic adds, no lock and no allocation, so it works
@@ -25,8 +25,6 @@
 //! assert_eq!((counts.denied_calls, counts.denied_tokens), (2, 4));
 //! # Ok::<(), tollgate::ConfigError>(())
 //! ```
-//!
-//! [`Limit`]: crate::layer::Limit
 
 use core::time::Duration;
 

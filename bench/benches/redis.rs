@@ -14,12 +14,12 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use tollgate::redis::{Client, LeasedBucket, RedisBucket, RedisConnection, RedisKeyed};
 use tollgate::{Quota, Rate};
+use tollgate_redis::{Client, LeasedBucket, RedisBucket, RedisConnection, RedisKeyed};
 
 /// `redis-server`: found on this machine, or installed (as the tests do).
 mod system {
-    include!("../../tests/support/system.rs");
+    include!("../../tollgate-redis/tests/redis/system.rs");
 }
 
 struct Server {

@@ -14,6 +14,19 @@ use crate::{ConfigError, Denied, Quota};
 mod pause;
 pub use pause::Pause;
 
+/// A bucket's bounds in its own units, from [`TokenBucket::unit_bounds`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct UnitBounds {
+    /// The units of one token.
+    pub units_per_token: u64,
+    /// The deepest debt reservations and pauses may run the bucket into.
+    pub max_debt_units: u64,
+    /// The part of a token above the burst that the bucket keeps when its clock is read to a
+    /// resolution coarser than a token's time (under one resolution step; zero otherwise).
+    pub above_burst_units: u64,
+}
+
 /// A lock-free token bucket whose whole state is one atomic word.
 ///
 /// Tokens accrue at the quota's rate up to its burst; acquiring `n` spends `n`. The refill is
@@ -529,6 +542,19 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
     /// The clock this bucket reads.
     pub fn clock(&self) -> &C {
         &self.clock
+    }
+
+    /// The bucket's bounds in its own units, exactly: what a backend that keeps the same
+    /// bucket elsewhere must agree with (`tollgate-redis` sizes its script's debt bound and
+    /// ceiling from them, so that the script grants what this bucket grants). Convert them
+    /// through the token: `units / units_per_token` tokens.
+    pub fn unit_bounds(&self) -> UnitBounds {
+        let p = self.layout();
+        UnitBounds {
+            units_per_token: p.units_per_token.get(),
+            max_debt_units: p.max_debt_units(),
+            above_burst_units: p.ceiling_units - p.burst_units(),
+        }
     }
 
     /// The bucket's layout, unpacked from the form its word keeps it in (on the 64-bit word, a

@@ -522,10 +522,10 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word, S: BuildHasher> KeyedLimiter<K, C,
         &self.clock
     }
 
-    /// The quota of `key`'s bucket and how long until it is full: the first tier's quota and
-    /// zero for a key not held, which reads as full.
-    #[cfg(feature = "tower")]
-    pub(crate) fn refusal_of(&self, key: &K) -> (Quota, Duration) {
+    /// The quota of `key`'s bucket and how long until it is full, read together: the first
+    /// tier's quota and zero for a key not held, which reads as full. What a refusal's
+    /// `RateLimit` headers say of the key.
+    pub fn quota_and_until_full(&self, key: &K) -> (Quota, Duration) {
         let now = self.clock.now();
         let held = self.held(key).map(|(tier, word)| {
             let tier = self.solved(tier);

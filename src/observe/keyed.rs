@@ -34,15 +34,6 @@ impl<K: Eq, C: Clock, const N: usize, W: Word, O: Observe>
     }
 }
 
-/// Counts each request a tower layer lets through as one token granted, each it refuses as one
-/// denied: wrap the layer's limit, `RejectLayer::new(Arc::new(Counted::new(limit, counters)))`.
-#[cfg(feature = "tower")]
-impl<Req, L: crate::layer::Limit<Req>, O: Observe> crate::layer::Limit<Req> for Counted<L, O> {
-    fn check(&self, request: &Req) -> Result<(), crate::layer::RateLimited> {
-        self.report(1, self.inner.check(request), |_| Duration::ZERO)
-    }
-}
-
 #[cfg(all(test, feature = "heapless"))]
 crate::with_atomic64! {
     mod tests {

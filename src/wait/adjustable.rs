@@ -6,13 +6,13 @@
 
 use core::time::Duration;
 
-use super::gate::{ReserveCancel, ReserveNow};
+use super::gate::{GiveBack, ReserveNow};
 use crate::clock::{duration_to_ticks_floor, ticks_to_duration_ceil};
 use crate::engine::layout::Layout;
 use crate::{AdjustableBucket, AdjustableWord, Clock, Denied};
 
 /// What a wait took from an [`AdjustableBucket`], for a give-back if the caller does not act.
-pub(crate) struct AdjustableTake {
+pub struct AdjustableTake {
     /// The layout it was taken under.
     params: Layout,
     /// The word the take left.
@@ -21,11 +21,11 @@ pub(crate) struct AdjustableTake {
     made_ticks: u64,
 }
 
-impl<C: Clock, W: AdjustableWord> ReserveCancel for AdjustableBucket<C, W> {
+impl<C: Clock, W: AdjustableWord> GiveBack for AdjustableBucket<C, W> {
     type Cost = u32;
     type Taken = AdjustableTake;
 
-    fn cancel(&self, taken: AdjustableTake) {
+    fn give_back(&self, taken: AdjustableTake) {
         let now = self.clock().now();
         // Signed: a clock stepped back before the take gives nothing back.
         if (now.wrapping_sub(taken.made_ticks) as i64) < 0 {
@@ -195,14 +195,14 @@ mod tests {
         for (n, after, available) in rows {
             let taken = bucket.reserve_now(n).unwrap();
             clock.advance(after);
-            bucket.cancel(taken);
+            bucket.give_back(taken);
             assert_eq!(bucket.available(), available, "n = {n}");
         }
         // Drained, then given back after others took: only what the burst allows comes back.
         let taken = bucket.reserve_now(10).unwrap();
         clock.advance(ms(1_000)); // refilled to 10 without the take
         assert!(bucket.try_acquire(10).is_ok());
-        bucket.cancel(taken);
+        bucket.give_back(taken);
         assert_eq!(bucket.available(), 0);
     }
 
@@ -259,7 +259,7 @@ mod tests {
         let taken = bucket.reserve_now(6).unwrap();
         bucket.set_quota(Quota::new(Rate::per_second(5)).burst(5)).unwrap();
         assert_eq!(bucket.available(), 4);
-        bucket.cancel(taken);
+        bucket.give_back(taken);
         assert_eq!(bucket.available(), 4);
     }
 

@@ -6,7 +6,7 @@ use std::task::{Wake, Waker};
 use std::thread::{self, Thread};
 
 use super::queue::{plan, settled_at_once, Lined, Plan, Step, Waiter};
-use super::{jitter_after, CancelOnDrop, ReserveNow};
+use super::{CancelOnDrop, ReserveNow};
 use crate::clock::ticks_to_duration_ceil;
 use crate::{Clock, Denied, Jitter, TokenBucket, Word};
 
@@ -58,7 +58,7 @@ pub(crate) fn acquire_blocking<G: ReserveNow, B: Lined, const N: usize>(
 ) -> Result<Duration, Denied> {
     let (taken, waited) = wait_blocking(waiter, || gate.reserve_now(cost))?;
     let guard = CancelOnDrop::new(gate, taken);
-    let jitter = jitter_after(jitter, waited);
+    let jitter = jitter.after(waited);
     if !jitter.is_zero() {
         thread::sleep(jitter);
     }

@@ -4,7 +4,7 @@ use core::time::Duration;
 
 use embedded_hal::delay::DelayNs;
 
-use super::{jitter_after, CancelOnDrop, ReserveNow};
+use super::{CancelOnDrop, ReserveNow};
 use crate::{Clock, Denied, Jitter, TokenBucket, Word};
 
 impl<C: Clock, W: Word> TokenBucket<C, W> {
@@ -71,7 +71,7 @@ pub(crate) fn acquire_with_delay<G: ReserveNow>(
 ) -> Result<Duration, Denied> {
     let (taken, waited) = wait_with_delay(delay, || gate.reserve_now(cost))?;
     let guard = CancelOnDrop::new(gate, taken);
-    let jitter = jitter_after(jitter, waited);
+    let jitter = jitter.after(waited);
     delay_for(delay, jitter);
     guard.keep();
     Ok(waited + jitter)

@@ -1,19 +1,23 @@
-//! What every wait shares: the gate it takes from ([`ReserveCancel`], with its take completing
-//! now, [`ReserveNow`], or after a round trip, `ReserveLater`), the guard that gives a take back
-//! if the caller goes away before acting ([`CancelOnDrop`]), and the jitter after a wait that
-//! slept.
+//! What every wait shares: the gate it takes from ([`GiveBack`], with its take completing now,
+//! [`ReserveNow`], or after a round trip, [`TakeLater`]) and the guard that gives a take back if
+//! the caller goes away before acting ([`CancelOnDrop`]).
 
+#[cfg(any(feature = "std", feature = "embedded-hal"))]
 use core::time::Duration;
 
-use super::Jitter;
-use crate::{Clock, Denied, Limits, LimitsReservation, Reservation, TokenBucket, Word};
+#[cfg(any(feature = "std", feature = "embedded-hal"))]
+use crate::Denied;
+use crate::{Clock, Limits, LimitsReservation, Reservation, TokenBucket, Word};
 
 /// What every wait needs from a gate, however its take completes: what a request costs, what a
 /// take holds, and how to give a take back when the caller will not act on it after all (a
-/// task dropped during its jitter). The take itself is [`ReserveNow`] for a gate that decides
-/// with a compare-exchange, and `ReserveLater` for one that decides in a round trip (a
-/// `RedisBucket`).
-pub(crate) trait ReserveCancel {
+/// task dropped during its jitter, a service dropped between `poll_ready` and `call`).
+///
+/// The crate's own buckets implement it with their refund rule; a remote bucket (Redis, in the
+/// `tollgate-redis` crate) implements it with a call that starts the give-back and returns.
+/// Its take is the crate's own compare-exchange for a local bucket, and [`TakeLater`] for one
+/// that decides in a round trip.
+pub trait GiveBack {
     /// What one request costs: tokens, or one count per bucket of a [`Limits`].
     type Cost: Copy;
     /// What a take holds until the caller acts or gives it back.
@@ -21,11 +25,12 @@ pub(crate) trait ReserveCancel {
     /// Gives back what a take took, less what the burst cap would have cut since: never a
     /// token more than was taken. Never blocks, so that a drop can call it: a gate whose
     /// give-back is a round trip starts it and returns.
-    fn cancel(&self, taken: Self::Taken);
+    fn give_back(&self, taken: Self::Taken);
 }
 
+#[cfg(any(feature = "std", feature = "embedded-hal"))]
 /// A gate whose take completes at once: [`TokenBucket`], `AdjustableBucket`, [`Limits`].
-pub(crate) trait ReserveNow: ReserveCancel {
+pub(crate) trait ReserveNow: GiveBack {
     /// Takes `cost` now, or says how long until it could. A denial takes nothing.
     fn reserve_now(&self, cost: Self::Cost) -> Result<Self::Taken, Denied>;
     /// Takes `cost` now if it falls due within `ahead`, and says how long until it is due (on
@@ -47,25 +52,30 @@ pub(crate) trait ReserveNow: ReserveCancel {
     fn take_at_once(&self, cost: Self::Cost) -> Result<(), Denied>;
 }
 
-/// A gate whose take completes when a server answers: `RedisBucket`. Its line cannot hold a
-/// lock across the take, so it keeps its own (`redis::line`), but the guard and the jitter are
-/// the same.
-#[cfg(feature = "redis")]
-pub(crate) trait ReserveLater: ReserveCancel {
+/// A gate whose take completes when a server answers: a remote bucket, such as
+/// `tollgate-redis`'s `RedisBucket`. Its waiters cannot take under a lock held across the
+/// round trip, so they wait in a [`RemoteLine`](super::RemoteLine) and only its head calls
+/// `take_later`, with no lock held; a take the caller does not act on goes back through
+/// [`CancelOnDrop`], as every local wait's does.
+pub trait TakeLater: GiveBack {
     /// Why a take failed: denied, or the server's fault.
     type Error;
     /// Takes `cost` when the answer comes, or says why not. A denial takes nothing.
-    async fn reserve_later(&self, cost: Self::Cost) -> Result<Self::Taken, Self::Error>;
+    fn take_later(
+        &self,
+        cost: Self::Cost,
+    ) -> impl core::future::Future<Output = Result<Self::Taken, Self::Error>> + Send;
 }
 
-impl<C: Clock, W: Word> ReserveCancel for TokenBucket<C, W> {
+impl<C: Clock, W: Word> GiveBack for TokenBucket<C, W> {
     type Cost = u32;
     type Taken = Reservation;
-    fn cancel(&self, taken: Reservation) {
+    fn give_back(&self, taken: Reservation) {
         self.refund(taken);
     }
 }
 
+#[cfg(any(feature = "std", feature = "embedded-hal"))]
 impl<C: Clock, W: Word> ReserveNow for TokenBucket<C, W> {
     fn reserve_now(&self, n: u32) -> Result<Reservation, Denied> {
         self.reserve(n, Duration::ZERO)
@@ -82,14 +92,15 @@ impl<C: Clock, W: Word> ReserveNow for TokenBucket<C, W> {
     }
 }
 
-impl<C: Clock, const N: usize, W: Word> ReserveCancel for Limits<'_, C, N, W> {
+impl<C: Clock, const N: usize, W: Word> GiveBack for Limits<'_, C, N, W> {
     type Cost = [u32; N];
     type Taken = LimitsReservation<N>;
-    fn cancel(&self, mut taken: LimitsReservation<N>) {
+    fn give_back(&self, mut taken: LimitsReservation<N>) {
         self.refund_parts(&mut taken.parts);
     }
 }
 
+#[cfg(any(feature = "std", feature = "embedded-hal"))]
 impl<C: Clock, const N: usize, W: Word> ReserveNow for Limits<'_, C, N, W> {
     fn reserve_now(&self, costs: [u32; N]) -> Result<LimitsReservation<N>, Denied> {
         self.reserve(costs, Duration::ZERO)
@@ -109,15 +120,19 @@ impl<C: Clock, const N: usize, W: Word> ReserveNow for Limits<'_, C, N, W> {
     }
 }
 
-/// Holds what a wait took while the caller is not yet acting on it, and gives it back if the
-/// guard is dropped first: the one cancel rule of every wait.
-pub(crate) struct CancelOnDrop<'g, G: ReserveCancel> {
+/// Holds what a wait took while the caller is not yet acting on it, and gives it back
+/// ([`GiveBack::give_back`]) if the guard is dropped first: the one cancel rule of every wait.
+/// A wait holds its take in one across every `.await` between the take and its return (the
+/// sleep to the tokens' instant, the jitter), so a future dropped there leaves the gate as if
+/// it had never taken.
+pub struct CancelOnDrop<'g, G: GiveBack> {
     gate: &'g G,
     taken: Option<G::Taken>,
 }
 
-impl<'g, G: ReserveCancel> CancelOnDrop<'g, G> {
-    pub(crate) fn new(gate: &'g G, taken: G::Taken) -> Self {
+impl<'g, G: GiveBack> CancelOnDrop<'g, G> {
+    /// Holds `taken`, which came from `gate`.
+    pub fn new(gate: &'g G, taken: G::Taken) -> Self {
         CancelOnDrop {
             gate,
             taken: Some(taken),
@@ -125,25 +140,32 @@ impl<'g, G: ReserveCancel> CancelOnDrop<'g, G> {
     }
 
     /// The caller acts: the tokens are spent.
-    pub(crate) fn keep(mut self) {
+    pub fn keep(mut self) {
         drop(self.taken.take());
     }
-}
 
-impl<G: ReserveCancel> Drop for CancelOnDrop<'_, G> {
-    fn drop(&mut self) {
-        if let Some(taken) = self.taken.take() {
-            self.gate.cancel(taken);
+    /// Hands the take to the caller, who from now on gives it back or spends it.
+    pub fn into_taken(mut self) -> G::Taken {
+        match self.taken.take() {
+            Some(taken) => taken,
+            // Only `keep` and `into_taken` empty the guard, and both consume it.
+            None => unreachable!("a guard holds its take until it is consumed"),
         }
     }
 }
 
-/// The jitter after a wait that slept `waited`: none for a caller served at once, which has no
-/// crowd to spread from.
-pub(crate) fn jitter_after(jitter: &Jitter, waited: Duration) -> Duration {
-    if waited.is_zero() {
-        Duration::ZERO
-    } else {
-        jitter.next()
+impl<G: GiveBack> Drop for CancelOnDrop<'_, G> {
+    fn drop(&mut self) {
+        if let Some(taken) = self.taken.take() {
+            self.gate.give_back(taken);
+        }
+    }
+}
+
+impl<G: GiveBack> core::fmt::Debug for CancelOnDrop<'_, G> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("CancelOnDrop")
+            .field("holding", &self.taken.is_some())
+            .finish_non_exhaustive()
     }
 }

@@ -78,10 +78,17 @@ impl Jitter {
     /// `wait` plus the next random delay, or zero when `wait` is zero: a caller granted now has
     /// no crowd to spread from.
     pub fn delay(&self, wait: Duration) -> Duration {
-        if wait.is_zero() {
-            return wait;
+        wait.saturating_add(self.after(wait))
+    }
+
+    /// The jitter a wait that slept `waited` sleeps next, holding its take: the next random
+    /// delay, or zero for a caller served at once, which has no crowd to spread from.
+    pub fn after(&self, waited: Duration) -> Duration {
+        if waited.is_zero() {
+            Duration::ZERO
+        } else {
+            self.next()
         }
-        wait.saturating_add(self.next())
     }
 }
 

@@ -1,17 +1,31 @@
-//! Waiting for tokens, for every kind of gate: one crate-private trait ([`ReserveCancel`]: what
-//! a request costs, and give back what was taken), whose take completes now ([`ReserveNow`], a
-//! compare-exchange: `TokenBucket`, `AdjustableBucket`, [`Limits`](crate::Limits)) or after a
-//! round trip (`ReserveLater`: `RedisBucket`); one guard that gives back on drop
-//! ([`CancelOnDrop`]); and [`Jitter`] after any wait that slept.
+//! Waiting for tokens, and the seam where a bucket kept elsewhere plugs into the same waits.
 //!
-//! Waiters line up per bucket ([`queue`]): only the head of the line takes its tokens, when they
-//! fall due, so a waiter that gives up leaves nothing behind. The same line serves threads
-//! ([`blocking`]), tokio tasks ([`tokio`](self::tokio)), [`Limits`](crate::Limits) and tower's
-//! backpressure. Without `std` there is no line (it needs a heap): [`delay`] sleeps until the
-//! tokens are due and then tries, so it too takes nothing before it acts. `RedisBucket`'s line
-//! is its own (`redis::line`), because this one takes under its lock and a round trip cannot be
-//! made there; its waits (`redis::wait`) take through `ReserveLater` with no lock held, then
-//! sleep the jitter in the same [`CancelOnDrop`], whose give-back starts a call to Redis.
+//! Every wait of the crate follows one rule: waiters line up per bucket, and only the head of the
+//! line takes its tokens, when they fall due, so a waiter that gives up (a dropped future, a
+//! timeout) leaves nothing behind, whatever waits behind it. The waits themselves are methods of
+//! the buckets: `acquire_blocking` (threads, `std`), `acquire` and `acquire_timeout` (tokio,
+//! `tokio`), `acquire_with_delay` (`embedded-hal`'s `DelayNs`). Without `std` there is no line
+//! (it needs a heap): `acquire_with_delay` sleeps until the tokens are due and then tries, so it
+//! too takes nothing before it acts.
+//!
+//! # The seam for remote buckets
+//!
+//! A bucket whose take is a round trip (a script in Redis: the `tollgate-redis` crate) cannot
+//! take under the line's lock. It gets the same waits from three pieces, which any other backend
+//! can use the same way:
+//!
+//! - [`GiveBack`] and [`TakeLater`]: what a request costs, the take that completes when the
+//!   server answers, and how a take the caller does not act on goes back (a call started as the
+//!   caller drops, which never blocks).
+//! - [`RemoteLine`] (feature `tokio`): the waiters of one bucket in this process, in arrival
+//!   order. Only the head calls `take_later`, with no lock held; a waiter that leaves wakes the
+//!   next once; while the server gives no answer the turns are suspended, so a frozen server
+//!   costs each waiter one timeout rather than one per waiter ahead.
+//! - [`CancelOnDrop`]: holds a take across the `.await`s between the take and the caller's act
+//!   (the [`Jitter`] after a wait that slept), and gives it back if the future is dropped there.
+//!
+//! The local buckets implement [`GiveBack`] with their refund rule: what goes back is what was
+//! taken, less what the burst cap would have cut since, never a token more.
 
 #[cfg(any(feature = "std", feature = "embedded-hal"))]
 crate::with_atomic64! {
@@ -22,13 +36,14 @@ pub(crate) mod blocking;
 // Only the waits use it, and without them there are none.
 #[cfg(feature = "embedded-hal")]
 mod delay;
-#[cfg(any(feature = "std", feature = "embedded-hal"))]
 mod gate;
 mod jitter;
 #[cfg(feature = "tokio")]
 mod precise;
 #[cfg(feature = "std")]
 pub(crate) mod queue;
+#[cfg(feature = "tokio")]
+mod remote;
 #[cfg(feature = "tokio")]
 pub(crate) mod tokio;
 
@@ -37,9 +52,10 @@ pub(crate) use self::blocking::acquire_blocking;
 #[cfg(feature = "embedded-hal")]
 pub(crate) use self::delay::acquire_with_delay;
 #[cfg(any(feature = "std", feature = "embedded-hal"))]
-pub(crate) use self::gate::{jitter_after, CancelOnDrop, ReserveNow};
-#[cfg(feature = "redis")]
-pub(crate) use self::gate::{ReserveCancel, ReserveLater};
+pub(crate) use self::gate::ReserveNow;
+pub use self::gate::{CancelOnDrop, GiveBack, TakeLater};
 pub use self::jitter::Jitter;
+#[cfg(feature = "tokio")]
+pub use self::remote::{RemoteLine, RemotePlace};
 #[cfg(feature = "tokio")]
 pub(crate) use self::tokio::acquire_async;

@@ -11,9 +11,9 @@ use ::tokio::time::{sleep_until, Instant, Sleep};
 
 use super::precise::{self, PreciseSleep};
 use super::queue::{plan, settled_at_once, Lined, Plan, Step, Waiter};
-use super::{jitter_after, CancelOnDrop, ReserveNow};
+use super::{CancelOnDrop, ReserveNow};
 use crate::clock::ticks_to_duration_ceil;
-use crate::{Clock, Denied, Jitter, TokenBucket, Word};
+use crate::{Clock, Denied, Jitter, Reservation, TokenBucket, Word};
 
 /// How late tokio's timer may wake, in `C`'s ticks: two milliseconds. Its wheel counts whole
 /// milliseconds and rounds a deadline up to the next, and its driver parks in whole
@@ -45,7 +45,7 @@ fn use_precise(early_ticks: u64) -> bool {
 }
 
 /// Sleeps `duration` of real time, on the precise timer if `precise` and tokio's otherwise.
-pub(crate) async fn sleep_for(duration: Duration, precise: bool) {
+async fn sleep_for(duration: Duration, precise: bool) {
     if duration.is_zero() {
         return;
     }
@@ -77,7 +77,7 @@ enum Timer {
 ///
 /// Returns what `take` took, the time waited until then, and whether the wait's sleeps are
 /// precise (for the caller's sleep to the instant).
-pub(crate) async fn wait_async<B: Lined, const N: usize, T>(
+async fn wait_async<B: Lined, const N: usize, T>(
     waiter: Waiter<'_, B, N>,
     mut take: impl FnMut(Duration) -> Result<T, Denied>,
 ) -> Result<(T, Duration, bool), Denied> {
@@ -157,7 +157,7 @@ pub(crate) async fn acquire_async<G: ReserveNow, B: Lined, const N: usize>(
     let guard = CancelOnDrop::new(gate, taken);
     let waited = waited + due_in;
     sleep_for(due_in, precise).await;
-    let jitter = jitter_after(jitter, waited);
+    let jitter = jitter.after(waited);
     if !jitter.is_zero() {
         ::tokio::time::sleep(jitter).await;
     }
@@ -324,5 +324,45 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
         timeout: Duration,
     ) -> impl Future<Output = Result<Duration, Denied>> + '_ {
         acquire_one_async(self, n, timeout)
+    }
+
+    /// Waits as [`acquire_timeout`](Self::acquire_timeout) does, but hands the tokens over as a
+    /// [`Reservation`] due now instead of spending them: the caller acts on it, or gives it back
+    /// with [`GiveBack::give_back`](crate::wait::GiveBack::give_back) (what was taken, less what
+    /// the burst cap would have cut since). For a caller that takes its turn before it knows it
+    /// will act, as a tower service does between `poll_ready` and `call`.
+    ///
+    /// Cancel-safe as `acquire` is: a future dropped in line has taken nothing, and one dropped
+    /// while it holds tokens taken ahead of their instant gives them back.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::wait::GiveBack;
+    /// use tollgate::{Quota, Rate, TokenBucket, TokioClock};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let bucket = TokenBucket::try_new(Quota::new(Rate::per_second(1)).burst(1), TokioClock::new())?;
+    /// let turn = bucket.acquire_reservation(1, Duration::from_secs(1)).await?;
+    /// assert_eq!(bucket.available(), 0);
+    /// bucket.give_back(turn); // not acted on after all
+    /// assert_eq!(bucket.available(), 1);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn acquire_reservation(
+        &self,
+        n: u32,
+        timeout: Duration,
+    ) -> Result<Reservation, Denied> {
+        if n == 0 {
+            return self.reserve(0, Duration::ZERO);
+        }
+        let waiter = Waiter::new([self], [n], Some(timeout))?;
+        let (taken, _waited, precise) = wait_async(waiter, |ahead| self.reserve(n, ahead)).await?;
+        let due_in = taken.wait();
+        let guard = CancelOnDrop::new(self, taken);
+        sleep_for(due_in, precise).await;
+        Ok(guard.into_taken())
     }
 }

@@ -1,0 +1,25 @@
+//! The Redis bucket against a real `redis-server` (and nginx), each started on a free loopback
+//! port by the test that needs it and stopped when it ends.
+//!
+//! `cargo test --release -p tollgate-redis --test redis` runs them all. The tests that span
+//! processes start this binary again as their workers, with `TOLLGATE_WORKER` set.
+
+mod bounds;
+mod clock;
+mod cluster;
+mod faults;
+mod giving_up;
+mod jitter;
+mod keyed;
+mod lease;
+mod nginx;
+mod sharing;
+mod support;
+mod window;
+
+/// A multiplexed connection to `server`.
+async fn connect(server: &support::RedisServer) -> tollgate_redis::RedisConnection {
+    tollgate_redis::RedisConnection::connect(tollgate_redis::Client::open(server.url()).unwrap())
+        .await
+        .unwrap()
+}

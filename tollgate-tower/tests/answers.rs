@@ -1,0 +1,334 @@
+//! The layer's own HTTP answers under tokio's paused time: 429 and 503 with their headers and
+//! a body for people, tiers per API key each getting exactly their own, a dry run that lets
+//! everything through and counts what the enforcing layer refuses, and the key extractors
+//! against forged headers.
+
+use core::time::Duration;
+use std::convert::Infallible;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use http::{HeaderName, HeaderValue, Request, Response, StatusCode};
+use tollgate::{IpPrefix, KeyedLimiter, Quota, Rate, Tier, TokenBucket, TokioClock, WhenFull};
+use tollgate_tower::extract::{ForwardedIp, HeaderKey, PeerIp};
+use tollgate_tower::{AnswerLayer, DryRun, KeyOf, PerKey};
+use tower::{service_fn, Layer, Service, ServiceExt};
+
+/// An inner service that counts its calls and answers 200; its error type is its own.
+fn counted(
+    calls: &Arc<AtomicU64>,
+) -> impl Service<Request<String>, Response = Response<String>, Error = Infallible, Future: Send> + Clone
+{
+    let calls = Arc::clone(calls);
+    service_fn(move |_request: Request<String>| {
+        calls.fetch_add(1, Ordering::Relaxed);
+        async { Ok::<_, Infallible>(Response::new(String::from("ok"))) }
+    })
+}
+
+fn request_with(name: &str, value: &str) -> Request<String> {
+    Request::builder()
+        .header(name, value)
+        .body(String::new())
+        .unwrap()
+}
+
+/// `request` through `service` once it is ready. The error type is the inner service's
+/// (`Infallible`): an axum `Router` takes the layer as it is.
+async fn send<S>(service: &mut S, request: Request<String>) -> Response<String>
+where
+    S: Service<Request<String>, Response = Response<String>, Error = Infallible>,
+{
+    let answer: Result<Response<String>, Infallible> =
+        service.ready().await.unwrap().call(request).await;
+    answer.unwrap()
+}
+
+fn header<'a>(response: &'a Response<String>, name: &str) -> &'a str {
+    response.headers()[name].to_str().unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn over_the_limit_the_layer_answers_429_itself_with_headers_and_a_body_for_people() {
+    let quota = Quota::new(Rate::per_second(2)).burst(5);
+    let bucket = Arc::new(TokenBucket::try_new(quota, TokioClock::new()).unwrap());
+    let calls = Arc::new(AtomicU64::new(0));
+    let mut service = AnswerLayer::new(bucket).layer(counted(&calls));
+    for _ in 0..5 {
+        let response = send(&mut service, Request::new(String::new())).await;
+        assert_eq!(response.status(), StatusCode::OK);
+    }
+    tokio::time::advance(Duration::from_millis(100)).await;
+    // The error type is the inner service's (`send` takes only `Infallible`).
+    let refused = send(&mut service, Request::new(String::new())).await;
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(header(&refused, "retry-after"), "1"); // 400 ms, rounded up
+    assert_eq!(header(&refused, "ratelimit"), "\"default\";r=0;t=3"); // full in 2.4 s
+    assert_eq!(header(&refused, "ratelimit-policy"), "\"default\";q=5;w=3");
+    assert_eq!(
+        header(&refused, "content-type"),
+        "text/plain; charset=utf-8"
+    );
+    assert_eq!(refused.body(), "rate limited: retry after 400 ms\n");
+    assert_eq!(
+        calls.load(Ordering::Relaxed),
+        5,
+        "a refused request never reaches the service"
+    );
+
+    tokio::time::advance(Duration::from_millis(400)).await;
+    let response = send(&mut service, Request::new(String::new())).await;
+    assert_eq!(
+        response.status(),
+        StatusCode::OK,
+        "waiting as told is enough"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_full_keyed_limiter_answers_503_with_when_there_will_be_room() {
+    let quota = Quota::new(Rate::new(5, Duration::from_secs(6))).burst(5);
+    let limiter = Arc::new(KeyedLimiter::new(
+        quota,
+        TokioClock::new(),
+        1,
+        WhenFull::Refuse,
+    ));
+    let api_key = HeaderKey::new(HeaderName::from_static("x-api-key"));
+    let calls = Arc::new(AtomicU64::new(0));
+    let mut service = AnswerLayer::per_key(limiter, api_key).layer(counted(&calls));
+    let first = send(&mut service, request_with("x-api-key", "a")).await;
+    assert_eq!(first.status(), StatusCode::OK);
+    tokio::time::advance(Duration::from_millis(200)).await;
+    let newcomer = send(&mut service, request_with("x-api-key", "b")).await;
+    assert_eq!(newcomer.status(), StatusCode::SERVICE_UNAVAILABLE);
+    // Key a's bucket is full again 1.2 s after its grant: a slot in a second, rounded up.
+    assert_eq!(header(&newcomer, "retry-after"), "1");
+    assert_eq!(newcomer.body(), "too many clients: retry after 1 s\n");
+    assert_eq!(calls.load(Ordering::Relaxed), 1);
+}
+
+/// Ten seconds of two API keys asking every millisecond through the layer; the 200s each got.
+async fn ten_seconds_of_two_keys(
+    service: &mut impl Service<Request<String>, Response = Response<String>, Error = Infallible>,
+    keys: [&str; 2],
+    at_five_seconds: impl FnOnce(),
+) -> [u64; 2] {
+    let mut ok = [0; 2];
+    let mut at_five_seconds = Some(at_five_seconds);
+    for ms in 0..=10_000 {
+        if ms == 5_000 {
+            at_five_seconds.take().unwrap()();
+        }
+        for (count, key) in ok.iter_mut().zip(keys) {
+            let response = send(service, request_with("x-api-key", key)).await;
+            *count += u64::from(response.status() == StatusCode::OK);
+        }
+        tokio::time::advance(Duration::from_millis(1)).await;
+    }
+    ok
+}
+
+const FREE: Quota = Quota::new(Rate::per_second(5)).burst(10);
+const PAID: Quota = Quota::new(Rate::per_second(50)).burst(100);
+const STRICT: Quota = Quota::new(Rate::per_second(1)).burst(1);
+
+fn plan(key: &Option<HeaderValue>) -> Tier {
+    match key {
+        Some(key) if key == "paid-1" => Tier(1),
+        _ => Tier(0),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn two_api_keys_on_two_tiers_each_get_exactly_their_own() {
+    let limiter = Arc::new(
+        KeyedLimiter::builder(FREE, TokioClock::new())
+            .capacity(1_000)
+            .tiers([PAID, STRICT], plan)
+            .build()
+            .unwrap(),
+    );
+    let api_key = HeaderKey::new(HeaderName::from_static("x-api-key"));
+    let calls = Arc::new(AtomicU64::new(0));
+    let mut service = AnswerLayer::per_key(Arc::clone(&limiter), api_key).layer(counted(&calls));
+    let ok = ten_seconds_of_two_keys(&mut service, ["free-1", "paid-1"], || {}).await;
+    assert_eq!(ok, [10 + 5 * 10, 100 + 50 * 10], "burst + rate × 10 s each");
+    assert_eq!(calls.load(Ordering::Relaxed), ok[0] + ok[1]);
+
+    // Again on fresh keys, and at 5 s the free key turns abusive: moved to the strict tier
+    // (1 a second, burst 1), holding what it held (none) capped by the strict burst. The paid
+    // key is not touched.
+    let for_limiter = Arc::clone(&limiter);
+    let ok = ten_seconds_of_two_keys(&mut service, ["free-2", "paid-1x"], move || {
+        let abusive = Some(HeaderValue::from_static("free-2"));
+        assert_eq!(for_limiter.set_tier(&abusive, Tier(2)), Ok(true));
+    })
+    .await;
+    assert_eq!(
+        ok[0],
+        10 + 5 * 5 + 5,
+        "free for 5 s, then strict: 1 a second from empty"
+    );
+    assert_eq!(ok[1], 10 + 5 * 10, "an unknown key is on the free tier");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dry_run_lets_everything_through_and_counts_what_the_enforcing_layer_refuses() {
+    let quota = Quota::new(Rate::per_second(20)).burst(5);
+    let clock = TokioClock::new();
+    let key = |request: &Request<String>| request.headers().get("x-client").cloned();
+    let enforcing = Arc::new(KeyedLimiter::new(quota, clock, 100, WhenFull::Refuse));
+    let shadowed = Arc::new(KeyedLimiter::new(quota, clock, 100, WhenFull::Refuse));
+    let logged = Arc::new(AtomicU64::new(0));
+    let shadow = {
+        let logged = Arc::clone(&logged);
+        Arc::new(
+            DryRun::new(PerKey::new(shadowed, key)).on_refusal(move |refused| {
+                assert_eq!(refused.status(), 429);
+                logged.fetch_add(1, Ordering::Relaxed);
+            }),
+        )
+    };
+    let (enforced_calls, shadow_calls) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let mut enforcing = AnswerLayer::per_key(enforcing, key).layer(counted(&enforced_calls));
+    let mut dry = AnswerLayer::new(Arc::clone(&shadow)).layer(counted(&shadow_calls));
+    let (mut refused, mut sent) = (0, 0);
+    let mut dice = 0x2545_f491_4f6c_dd1du64;
+    for _ in 0..5_000 {
+        dice ^= dice << 13;
+        dice ^= dice >> 7;
+        dice ^= dice << 17;
+        tokio::time::advance(Duration::from_micros(dice % 10_000)).await;
+        let client = ["a", "b", "c"][(dice >> 20) as usize % 3];
+        let response = send(&mut enforcing, request_with("x-client", client)).await;
+        refused += u64::from(response.status() == StatusCode::TOO_MANY_REQUESTS);
+        let response = send(&mut dry, request_with("x-client", client)).await;
+        assert_eq!(
+            response.status(),
+            StatusCode::OK,
+            "a dry run refuses nothing"
+        );
+        sent += 1;
+    }
+    assert!(
+        refused > 1_000,
+        "the sequence is over the limit: {refused} refused"
+    );
+    assert_eq!(shadow.would_refuse(), refused);
+    assert_eq!(logged.load(Ordering::Relaxed), refused);
+    assert_eq!(shadow.checked(), sent);
+    assert_eq!(shadow_calls.load(Ordering::Relaxed), sent);
+    assert_eq!(enforced_calls.load(Ordering::Relaxed), sent - refused);
+}
+
+fn ip(text: &str) -> Option<IpAddr> {
+    Some(text.parse().unwrap())
+}
+
+/// A request from `peer` with the header lines given.
+fn from_peer(peer: Option<[u8; 4]>, name: &str, lines: &[&str]) -> Request<()> {
+    let mut request = Request::new(());
+    for line in lines {
+        request.headers_mut().append(
+            HeaderName::from_bytes(name.as_bytes()).unwrap(),
+            HeaderValue::from_str(line).unwrap(),
+        );
+    }
+    if let Some(peer) = peer {
+        request
+            .extensions_mut()
+            .insert(SocketAddr::from((peer, 40_000)));
+    }
+    request
+}
+
+#[test]
+fn the_forwarded_client_is_the_first_hop_no_trusted_proxy_wrote() {
+    const PROXY: Option<[u8; 4]> = Some([10, 0, 0, 5]);
+    let xff = "x-forwarded-for";
+    // (trusted proxies, peer, header lines, key)
+    type Row<'a> = (usize, Option<[u8; 4]>, &'a [&'a str], Option<IpAddr>);
+    let rows: &[Row] = &[
+        (1, PROXY, &[], ip("10.0.0.5")), // no header: the peer (a request that bypassed the proxy)
+        (1, PROXY, &["203.0.113.7"], ip("203.0.113.7")),
+        (1, PROXY, &["6.6.6.6, 203.0.113.7"], ip("203.0.113.7")), // a forged hop is never read
+        (1, PROXY, &["6.6.6.6", "203.0.113.7"], ip("203.0.113.7")), // lines in order
+        (
+            2,
+            PROXY,
+            &["1.1.1.1, 6.6.6.6, 203.0.113.7, 198.51.100.2"],
+            ip("203.0.113.7"),
+        ),
+        (3, PROXY, &["203.0.113.7"], ip("203.0.113.7")), // fewer hops: the leftmost
+        (0, PROXY, &["203.0.113.7"], ip("10.0.0.5")),    // no proxy trusted: the peer alone
+        (1, PROXY, &["203.0.113.7, garbage"], None),     // the hop a proxy wrote is not an address
+        (1, PROXY, &["garbage, 203.0.113.7:8080"], ip("203.0.113.7")),
+        (1, PROXY, &["[2001:db8:1:2::99]:443"], ip("2001:db8:1:2::")), // keyed by its /64
+        (1, PROXY, &["2001:db8:1:2::99"], ip("2001:db8:1:2::")),
+        (1, None, &["203.0.113.7"], None), // no peer address at all
+    ];
+    for (i, (trusted, peer, lines, key)) in rows.iter().enumerate() {
+        let request = from_peer(*peer, xff, lines);
+        assert_eq!(
+            ForwardedIp::x_forwarded_for(*trusted).key_of(&request),
+            *key,
+            "row {i}"
+        );
+    }
+    let forwarded = "forwarded";
+    let rows: &[(usize, &[&str], Option<IpAddr>)] = &[
+        (
+            1,
+            &[r#"for=192.0.2.60;proto=http;by=203.0.113.43, for="[2001:db8:cafe::17]:4711""#],
+            ip("2001:db8:cafe::"),
+        ),
+        (
+            2,
+            &[r#"for=192.0.2.60;proto=http;by=203.0.113.43, for="[2001:db8:cafe::17]:4711""#],
+            ip("192.0.2.60"),
+        ),
+        (
+            1,
+            &["for=6.6.6.6", "For=\"198.51.100.9:80\""],
+            ip("198.51.100.9"),
+        ),
+        (1, &["for=unknown"], None),
+        (1, &["for=_hidden"], None),
+        (1, &["proto=https"], None),
+    ];
+    for (i, (trusted, lines, key)) in rows.iter().enumerate() {
+        let request = from_peer(PROXY, forwarded, lines);
+        assert_eq!(
+            ForwardedIp::forwarded(*trusted).key_of(&request),
+            *key,
+            "row {i}"
+        );
+    }
+}
+
+#[test]
+fn the_peer_and_header_extractors_read_what_is_there() {
+    let request = from_peer(Some([192, 0, 2, 77]), "x-api-key", &["k-1"]);
+    assert_eq!(PeerIp::default().key_of(&request), ip("192.0.2.77"));
+    assert_eq!(
+        PeerIp::new(IpPrefix::new(24, 48)).key_of(&request),
+        ip("192.0.2.0")
+    );
+    assert_eq!(PeerIp::default().key_of(&from_peer(None, "x", &[])), None);
+    let api_key = HeaderKey::new(HeaderName::from_static("x-api-key"));
+    assert_eq!(api_key.key_of(&request).unwrap(), "k-1");
+    assert_eq!(api_key.key_of(&from_peer(None, "x", &[])), None);
+    // Another extension type, read through a function: as axum's `ConnectInfo`.
+    #[derive(Clone)]
+    struct Info(SocketAddr);
+    let mut request = Request::new(());
+    request
+        .extensions_mut()
+        .insert(Info(SocketAddr::from(([198, 51, 100, 1], 1))));
+    let peer = PeerIp::from_extension(IpPrefix::default(), |info: &Info| info.0);
+    assert_eq!(peer.key_of(&request), ip("198.51.100.1"));
+    let behind_one = ForwardedIp::x_forwarded_for(1).with_peer(peer);
+    assert_eq!(behind_one.key_of(&request), ip("198.51.100.1"));
+}
