@@ -185,11 +185,11 @@ impl<C: Clock, W: AdjustableWord> AdjustableBucket<C, W> {
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
     pub fn try_new_with_word(quota: Quota, clock: C) -> Result<Self, ConfigError> {
-        let params = Layout::solve(&quota, C::TICKS_PER_SECOND, W::BITS)?;
-        let stored = W::pack(&params).ok_or(ConfigError::Unrepresentable)?;
+        let layout = Layout::solve(&quota, C::TICKS_PER_SECOND, W::BITS)?;
+        let stored = W::pack(&layout).ok_or(ConfigError::Unrepresentable)?;
         let slots = [Slot::empty(), Slot::empty()];
         slots[0].write(0, &stored);
-        let word = params.fresh(params.units_at(clock.now()));
+        let word = layout.fresh(layout.units_at(clock.now()));
         Ok(Self {
             state: W::tagged(0, word),
             slots,
@@ -337,8 +337,8 @@ impl<C: Clock, W: AdjustableWord> AdjustableBucket<C, W> {
             // Acquire (in `load_tagged`): pairs with the Release of the change that wrote this
             // generation.
             let state = W::load_tagged(&self.state);
-            if let Some(params) = self.slots[state.0 as usize % 2].read(state.0) {
-                return (state, params);
+            if let Some(layout) = self.slots[state.0 as usize % 2].read(state.0) {
+                return (state, layout);
             }
             // Stale: two changes landed since the load. Read again.
             spin_loop();
@@ -353,13 +353,13 @@ impl<C: Clock, W: AdjustableWord> AdjustableBucket<C, W> {
         mut transition: impl FnMut(&Layout, u64, u64) -> Result<(u64, T), E>,
         now_ticks: u64,
     ) -> Result<T, E> {
-        let ((mut generation, mut word), mut params) = self.current();
+        let ((mut generation, mut word), mut layout) = self.current();
         loop {
-            let (new, out) = transition(&params, word, params.units_at(now_ticks))?;
+            let (new, out) = transition(&layout, word, layout.units_at(now_ticks))?;
             match self.land(generation, word, new) {
                 Ok(()) => return Ok(out),
                 Err(Some(actual)) => word = actual,
-                Err(None) => ((generation, word), params) = self.current(),
+                Err(None) => ((generation, word), layout) = self.current(),
             }
         }
     }
@@ -377,11 +377,11 @@ impl<C: Clock, W: AdjustableWord> AdjustableBucket<C, W> {
         mut transition: impl FnMut(&Layout, u64, u64, u64) -> Result<(u64, T, bool), E>,
     ) -> Result<T, E> {
         let mut now_ticks = self.clock.now();
-        let ((mut generation, mut word), mut params) = self.current();
+        let ((mut generation, mut word), mut layout) = self.current();
         // Whether `now_ticks` was read after `word`.
         let mut fresh = false;
         loop {
-            let (new, out) = match transition(&params, word, now_ticks, params.units_at(now_ticks))
+            let (new, out) = match transition(&layout, word, now_ticks, layout.units_at(now_ticks))
             {
                 Ok((new, out, false)) => (new, out),
                 _ if !fresh => {
@@ -395,7 +395,7 @@ impl<C: Clock, W: AdjustableWord> AdjustableBucket<C, W> {
             match self.land(generation, word, new) {
                 Ok(()) => return Ok(out),
                 Err(Some(actual)) => word = actual,
-                Err(None) => ((generation, word), params) = self.current(),
+                Err(None) => ((generation, word), layout) = self.current(),
             }
             fresh = false;
         }

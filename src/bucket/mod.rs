@@ -87,10 +87,10 @@ pub struct UnitBounds {
 pub struct TokenBucket<C, W: Word = DefaultWord> {
     word: W::Atomic,
     /// The layout, in the form the word keeps it (28 bytes on the 32-bit word).
-    params: W::Stored,
+    layout: W::Stored,
     clock: C,
     /// The word's alignment (a cache line for the 64-bit word on a 64-bit host), taking no room.
-    line: [W::Line; 0],
+    align: [W::Align; 0],
 }
 
 /// Tokens taken now for use at a later instant: the result of [`TokenBucket::reserve`].
@@ -125,8 +125,8 @@ pub struct TickRate {
 }
 
 impl TickRate {
-    pub(crate) fn of(params: &Layout) -> Self {
-        let (tokens, ticks) = params.tick_rate();
+    pub(crate) fn of(layout: &Layout) -> Self {
+        let (tokens, ticks) = layout.tick_rate();
         TickRate { tokens, ticks }
     }
 }
@@ -178,7 +178,7 @@ impl<C: Clock> TokenBucket<C> {
 /// constructors: a bad quota panics, which in a `static` is a compile error.
 const fn solved(quota: &Quota, ticks_per_second: u64, bits: u32) -> Layout {
     match Layout::solve(quota, ticks_per_second, bits) {
-        Ok(params) => params,
+        Ok(layout) => layout,
         Err(error) => panic!("{}", error.message()),
     }
 }
@@ -190,15 +190,15 @@ impl<C: Clock> TokenBucket<C, u32> {
     /// Like [`new`](TokenBucket::new), on the 32-bit word. Name the word where the bucket's type
     /// does not (`TokenBucket::<_, u32>::new_with_word`).
     pub const fn new_with_word(quota: Quota, clock: C) -> Self {
-        let params = solved(&quota, C::TICKS_PER_SECOND, 32);
-        let Some(params) = Narrow::pack(&params) else {
+        let layout = solved(&quota, C::TICKS_PER_SECOND, 32);
+        let Some(layout) = Narrow::pack(&layout) else {
             panic!("{}", ConfigError::Unrepresentable.message())
         };
         Self {
             word: <u32 as Word>::UNUSED,
-            params,
+            layout,
             clock,
-            line: [],
+            align: [],
         }
     }
 }
@@ -211,9 +211,9 @@ crate::with_word64! {
         pub const fn new_with_word(quota: Quota, clock: C) -> Self {
             Self {
                 word: <u64 as Word>::UNUSED,
-                params: solved(&quota, C::TICKS_PER_SECOND, 64),
+                layout: solved(&quota, C::TICKS_PER_SECOND, 64),
                 clock,
-                line: [],
+                align: [],
             }
         }
     }
@@ -223,15 +223,15 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
     /// Like [`new`](TokenBucket::new), on the word `W` (non-`const` under loom).
     #[cfg(loom)]
     pub fn new_with_word(quota: Quota, clock: C) -> Self {
-        let params = solved(&quota, C::TICKS_PER_SECOND, W::BITS);
-        let Some(stored) = W::pack(&params) else {
+        let layout = solved(&quota, C::TICKS_PER_SECOND, W::BITS);
+        let Some(stored) = W::pack(&layout) else {
             panic!("{}", ConfigError::Unrepresentable.message())
         };
         Self {
-            word: W::cell(params.unused()),
-            params: stored,
+            word: W::cell(layout.unused()),
+            layout: stored,
             clock,
-            line: [],
+            align: [],
         }
     }
 
@@ -246,14 +246,14 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
     pub fn try_new_with_word(quota: Quota, clock: C) -> Result<Self, ConfigError> {
-        let params = Layout::solve(&quota, C::TICKS_PER_SECOND, W::BITS)?;
-        let stored = W::pack(&params).ok_or(ConfigError::Unrepresentable)?;
-        let word = params.fresh(params.units_at(clock.now()));
+        let layout = Layout::solve(&quota, C::TICKS_PER_SECOND, W::BITS)?;
+        let stored = W::pack(&layout).ok_or(ConfigError::Unrepresentable)?;
+        let word = layout.fresh(layout.units_at(clock.now()));
         Ok(Self {
             word: W::cell(word),
-            params: stored,
+            layout: stored,
             clock,
-            line: [],
+            align: [],
         })
     }
 
@@ -365,7 +365,7 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
         self.give_back_by(reservation, true, Layout::give_back);
     }
 
-    /// Gives a reservation's tokens back by `rule(params, word, now_units, due, cost)`, if the
+    /// Gives a reservation's tokens back by `rule(layout, word, now_units, due, cost)`, if the
     /// clock reads at or after the instant it was made and, when `pending_only`, before the
     /// instant it is due, on ticks (so that neither a word that wrapped nor a clock stepped back
     /// can make a reservation that was due look pending).
@@ -561,14 +561,14 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
     /// reference to it). Always inlined, at every opt-level: a call would return the unpacked
     /// layout through memory, which the caller then reads back field by field.
     #[inline(always)]
-    pub(crate) fn layout(&self) -> W::Params<'_> {
-        W::unpack(&self.params)
+    pub(crate) fn layout(&self) -> W::LayoutRef<'_> {
+        W::unpack(&self.layout)
     }
 
-    /// The CAS driver over the bucket's word, read with `params`: its [`layout`](Self::layout).
+    /// The CAS driver over the bucket's word, read with `layout`: its [`layout`](Self::layout).
     #[inline]
-    pub(crate) fn cell<'a>(&'a self, params: &'a Layout) -> WordCell<'a, W> {
-        WordCell::new(&self.word, params)
+    pub(crate) fn cell<'a>(&'a self, layout: &'a Layout) -> WordCell<'a, W> {
+        WordCell::new(&self.word, layout)
     }
 }
 

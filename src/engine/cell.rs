@@ -11,7 +11,7 @@ use crate::Denied;
 /// sits in a [`TokenBucket`](crate::TokenBucket) or in a slot of a keyed table that shares one set of parameters.
 pub(crate) struct WordCell<'a, W: Word> {
     pub(crate) word: &'a W::Atomic,
-    pub(crate) params: &'a Layout,
+    pub(crate) layout: &'a Layout,
 }
 
 impl<'a, W: Word> WordCell<'a, W> {
@@ -36,16 +36,16 @@ impl<'a, W: Word> WordCell<'a, W> {
             if word == Self::UNUSED {
                 // Out of line and last: no value lives across the call, so the loop's values
                 // need no registers that every call would save and restore, a denial's too.
-                return Self::try_take_first::<C>(self.word, self.params, now_ticks, cost);
+                return Self::try_take_first::<C>(self.word, self.layout, now_ticks, cost);
             }
-            let take = self.params.wide_take();
+            let take = self.layout.wide_take();
             return self.run(word, now_units, |word, now_units| {
-                self.params
+                self.layout
                     .answer::<C>(take.take(word, now_units, cost), now_ticks)
             });
         }
         self.update(now_ticks, |word, now_units| {
-            self.params
+            self.layout
                 .take_now::<C, W>(word, now_ticks, now_units, cost)
         })
     }
@@ -57,12 +57,12 @@ impl<'a, W: Word> WordCell<'a, W> {
     #[inline(never)]
     fn try_take_first<C: Clock + ?Sized>(
         word: &'a W::Atomic,
-        params: &'a Layout,
+        layout: &'a Layout,
         now_ticks: u64,
         cost: u64,
     ) -> Result<(), Denied> {
-        let cell = WordCell::<W>::new(word, params);
-        Self::first_use(word, params.fresh(cell.units_at(now_ticks)));
+        let cell = WordCell::<W>::new(word, layout);
+        Self::first_use(word, layout.fresh(cell.units_at(now_ticks)));
         cell.try_take::<C>(now_ticks, cost)
     }
 
@@ -97,16 +97,16 @@ impl<'a, W: Word> WordCell<'a, W> {
         denied: Denied,
     ) -> Result<(), Denied> {
         let word = W::load(self.word);
-        if word == Self::UNUSED || self.params.debt(word, self.units_at(now_ticks)) == 0 {
+        if word == Self::UNUSED || self.layout.debt(word, self.units_at(now_ticks)) == 0 {
             return Err(denied);
         }
         self.try_take::<C>(clock.now(), cost)
     }
 
-    /// The CAS driver over `word`, laid out by `params`.
+    /// The CAS driver over `word`, laid out by `layout`.
     #[inline]
-    pub(crate) fn new(word: &'a W::Atomic, params: &'a Layout) -> Self {
-        WordCell { word, params }
+    pub(crate) fn new(word: &'a W::Atomic, layout: &'a Layout) -> Self {
+        WordCell { word, layout }
     }
 
     /// The word as it reads at `now_units`, writing nothing: a word not used yet reads as its
@@ -114,8 +114,8 @@ impl<'a, W: Word> WordCell<'a, W> {
     #[inline]
     pub(crate) fn read(&self, now_units: u64) -> u64 {
         let word = W::load(self.word);
-        if word == self.params.unused() {
-            self.params.fresh(now_units)
+        if word == self.layout.unused() {
+            self.layout.fresh(now_units)
         } else {
             word
         }
@@ -130,7 +130,7 @@ impl<'a, W: Word> WordCell<'a, W> {
     /// either; the 32-bit word's units are the low half of a 64-bit number.
     #[inline]
     fn units_at(&self, now_ticks: u64) -> u64 {
-        let p = self.params;
+        let p = self.layout;
         let quanta = if p.shift == 0 {
             now_ticks
         } else if W::BITS == 32 {
@@ -165,7 +165,7 @@ impl<'a, W: Word> WordCell<'a, W> {
         let now_units = self.units_at(now_ticks);
         let mut word = W::load(self.word);
         if word == Self::UNUSED {
-            word = Self::first_use(self.word, self.params.fresh(now_units));
+            word = Self::first_use(self.word, self.layout.fresh(now_units));
         }
         self.run(word, now_units, transition)
     }
@@ -222,9 +222,9 @@ impl<'a, W: Word> WordCell<'a, W> {
         // Whether `now_ticks` was read after `word`.
         let mut fresh = false;
         loop {
-            let now_units = self.params.units_at(now_ticks);
+            let now_units = self.layout.units_at(now_ticks);
             if word == Self::UNUSED {
-                word = Self::first_use(self.word, self.params.fresh(now_units));
+                word = Self::first_use(self.word, self.layout.fresh(now_units));
             }
             let answer = transition(word, now_ticks, now_units);
             let (new, out) = match answer {

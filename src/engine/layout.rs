@@ -506,7 +506,7 @@ const fn fixed_point(
     if ring < window + ceiling + 2 {
         return Err(ConfigError::Unrepresentable);
     }
-    let params = Layout {
+    let layout = Layout {
         units_per_quantum,
         units_per_token: upt,
         modulus: ring as u64,
@@ -519,10 +519,10 @@ const fn fixed_point(
         word_bits: 32,
         exact,
     };
-    if !steps_fit(&params) {
+    if !steps_fit(&layout) {
         return Err(ConfigError::ClockTooCoarse);
     }
-    Ok(params)
+    Ok(layout)
 }
 
 /// The 32-bit word's layout for rates too slow for fixed point on their clock (a few a day on a
@@ -732,7 +732,7 @@ const fn layout(
     };
     let step = units_per_quantum.get() as u128;
     let ceiling = burst_units + min(step, units_per_token.get() as u128) - 1;
-    let params = Layout {
+    let layout = Layout {
         units_per_quantum,
         units_per_token,
         modulus: modulus as u64, // 2^64 truncates to 0, which stands for it
@@ -745,8 +745,8 @@ const fn layout(
         word_bits: bits as u8,
         exact: true,
     };
-    if steps_fit(&params) {
-        Some(params)
+    if steps_fit(&layout) {
+        Some(layout)
     } else {
         None
     }

@@ -46,18 +46,18 @@ pub trait Word: sealed::Sealed + Copy + 'static {
     /// it was before the 32-bit word had a form of its own), a copy unpacked on the stack on
     /// the 32-bit word, whose fields the optimizer reads from the stored ones.
     #[doc(hidden)]
-    type Params<'a>: core::ops::Deref<Target = Layout> + Copy;
+    type LayoutRef<'a>: core::ops::Deref<Target = Layout> + Copy;
     /// A zero-sized type of the alignment a bucket on this word takes: a cache line for the
     /// 64-bit word on a 64-bit host, the word's own elsewhere.
     #[doc(hidden)]
-    type Line: Copy + Send + Sync + core::fmt::Debug + 'static;
-    /// The stored form of `params`, a layout the solver made for this word; `None` if it does
+    type Align: Copy + Send + Sync + core::fmt::Debug + 'static;
+    /// The stored form of `layout`, a layout the solver made for this word; `None` if it does
     /// not fit it (which the solver never makes).
     #[doc(hidden)]
-    fn pack(params: &Layout) -> Option<Self::Stored>;
+    fn pack(layout: &Layout) -> Option<Self::Stored>;
     /// The layout `stored` holds.
     #[doc(hidden)]
-    fn unpack(stored: &Self::Stored) -> Self::Params<'_>;
+    fn unpack(stored: &Self::Stored) -> Self::LayoutRef<'_>;
 }
 
 crate::with_atomic64! {
@@ -267,7 +267,7 @@ crate::with_word64! {
     #[doc(hidden)]
     #[derive(Clone, Copy, Debug)]
     #[cfg_attr(target_pointer_width = "64", repr(align(64)))]
-    pub struct CacheLine;
+    pub struct CacheAligned;
 }
 
 mod sealed {
@@ -298,11 +298,11 @@ pub(crate) const fn unused_mark(bits: u32) -> u64 {
 impl Word for u32 {
     type Atomic = AtomicU32;
     const BITS: u32 = 32;
-    type Line = ();
+    type Align = ();
     type Stored = Narrow;
-    type Params<'a> = Unpacked;
-    fn pack(params: &Layout) -> Option<Narrow> {
-        Narrow::pack(params)
+    type LayoutRef<'a> = Unpacked;
+    fn pack(layout: &Layout) -> Option<Narrow> {
+        Narrow::pack(layout)
     }
     #[inline(always)]
     fn unpack(stored: &Narrow) -> Unpacked {
@@ -336,11 +336,11 @@ crate::with_word64! {
     impl Word for u64 {
         type Atomic = AtomicU64;
         const BITS: u32 = 64;
-        type Line = CacheLine;
+        type Align = CacheAligned;
         type Stored = Layout;
-        type Params<'a> = &'a Layout;
-        fn pack(params: &Layout) -> Option<Layout> {
-            (params.word_bits == 64).then_some(*params)
+        type LayoutRef<'a> = &'a Layout;
+        fn pack(layout: &Layout) -> Option<Layout> {
+            (layout.word_bits == 64).then_some(*layout)
         }
         #[inline(always)]
         fn unpack(stored: &Layout) -> &Layout {

@@ -22,7 +22,7 @@ use crate::{Denied, Quota};
 
 mod builder;
 mod hasher;
-mod lines;
+mod swiss;
 mod tables;
 
 use crate::engine::cell::WordCell;
@@ -82,8 +82,8 @@ use tables::{
 /// `Option<IpAddr>`. A limiter of several [tiers](Self::set_tier) adds the tier's byte: 24 bytes
 /// for a `u64` key on the 64-bit word; the byte fits in the padding of the other three. A table's
 /// slots come in groups of seven after an eight-byte header of one tag byte per slot: in an aligned
-/// pair of 64-byte lines when they fit (seven 16-byte entries, 18.3 bytes a slot, so that a check
-/// reads one pair of lines), otherwise packed (24-byte entries, 25.1 bytes a slot; 32-byte ones,
+/// pair of 64-byte cache lines when they fit (seven 16-byte entries, 18.3 bytes a slot, so that a check
+/// reads one pair of cache lines), otherwise packed (24-byte entries, 25.1 bytes a slot; 32-byte ones,
 /// 33.1); entries of 8 bytes, seven to a line. A table doubles when fifteen sixteenths of its
 /// slots are full, so one table holds between 1.07 and 2.13 slots per key, depending on where
 /// the key count falls between two doublings. The shards take unequal shares of the keys, spread
@@ -246,7 +246,7 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word, S: BuildHasher> KeyedLimiter<K, C,
         }
         let max_burst = tiers
             .iter()
-            .map(|tier| tier.params.burst())
+            .map(|tier| tier.layout.burst())
             .max()
             .unwrap_or(0);
         // The largest power of two at most `shards`, `capacity` and `MAX_SHARDS`.
@@ -273,7 +273,7 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word, S: BuildHasher> KeyedLimiter<K, C,
             protected_held: AtomicUsize::new(0),
             next_room_ticks: AtomicU64::new(now),
             sweeping: AtomicBool::new(false),
-            overflow: W::cell(first.params.unused()),
+            overflow: W::cell(first.layout.unused()),
         })
     }
 
@@ -357,8 +357,8 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word, S: BuildHasher> KeyedLimiter<K, C,
                 },
             };
             // Under the write lock no call is between reading the tier and updating the word.
-            let from = &self.solved_of(entry).params;
-            let word = converted(from, &to.params, W::load(entry.word()), self.clock.now());
+            let from = &self.solved_of(entry).layout;
+            let word = converted(from, &to.layout, W::load(entry.word()), self.clock.now());
             entry.replace(word, tier.0);
             Ok(true)
         })
@@ -380,7 +380,7 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word, S: BuildHasher> KeyedLimiter<K, C,
         let now = self.clock.now();
         let held = self.held(key).map(|(tier, word)| {
             let tier = self.solved(tier);
-            let p = &tier.params;
+            let p = &tier.layout;
             if word == p.unused() {
                 tier.quota.start_fill()
             } else {
@@ -414,7 +414,7 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word, S: BuildHasher> KeyedLimiter<K, C,
         };
         if self.when_full == WhenFull::Admit {
             ticks = ticks.min(ticks_to_one_token(
-                &self.first.params,
+                &self.first.layout,
                 W::load(&self.overflow),
                 now,
             ));
@@ -529,7 +529,7 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word, S: BuildHasher> KeyedLimiter<K, C,
         let now = self.clock.now();
         let held = self.held(key).map(|(tier, word)| {
             let tier = self.solved(tier);
-            let ticks = tier.params.ticks_to_full(word, now);
+            let ticks = tier.layout.ticks_to_full(word, now);
             (tier.quota, ticks_to_duration_ceil::<C>(ticks))
         });
         held.unwrap_or((self.first.quota, Duration::ZERO))
@@ -565,7 +565,7 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word, S: BuildHasher> KeyedLimiter<K, C,
 
     #[inline]
     fn take<E: Slot<Word = W>>(&self, entry: &E, now: u64, n: u32) -> Result<(), KeyedDenied> {
-        let p = &self.solved_of(entry).params;
+        let p = &self.solved_of(entry).layout;
         let cost = p.cost(n)?;
         WordCell::<W>::new(entry.word(), p)
             .try_take_settled(&self.clock, now, cost)
@@ -574,7 +574,7 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word, S: BuildHasher> KeyedLimiter<K, C,
 
     /// Re-anchors a bucket of `tier` full for longer than its protection window.
     fn touch(&self, word: &W::Atomic, tier: &Solved, now: u64) {
-        let p = &tier.params;
+        let p = &tier.layout;
         touch_word::<W>(word, p, p.units_at(now), tier.protection_units);
     }
 
@@ -625,7 +625,7 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word, S: BuildHasher> KeyedLimiter<K, C,
         let Some(solved) = self.tiers.get(usize::from(tier.0)) else {
             return Err(KeyedDenied::UnknownTier(tier));
         };
-        let p = &solved.params;
+        let p = &solved.layout;
         let cost = p.cost(n)?;
         for round in [false, true] {
             if round && !self.make_room(now) {
@@ -665,7 +665,7 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word, S: BuildHasher> KeyedLimiter<K, C,
         match self.when_full {
             WhenFull::Refuse => Err(full),
             WhenFull::Admit => {
-                let p = &self.first.params;
+                let p = &self.first.layout;
                 p.cost(n)
                     .and_then(|cost| {
                         WordCell::<W>::new(&self.overflow, p).try_take_settled(
@@ -713,7 +713,7 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word, S: BuildHasher> KeyedLimiter<K, C,
         let mut to_evictable_ticks = Vec::new();
         let mut keep = |entry: &mut E, protected: bool| {
             let tier = self.solved_of(entry);
-            let p = &tier.params;
+            let p = &tier.layout;
             let now_units = p.units_at(now);
             let word = W::load(entry.word());
             let units = units_to_evictable(p, word, now_units, tier.guard(protected));

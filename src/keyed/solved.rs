@@ -7,7 +7,7 @@ use crate::{ConfigError, Quota};
 /// One tier's quota, solved once for the limiter's clock and word.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Solved {
-    pub params: Layout,
+    pub layout: Layout,
     pub quota: Quota,
     /// How long a protected bucket stays once full, in this tier's units.
     pub protection_units: u64,
@@ -16,7 +16,7 @@ pub(crate) struct Solved {
 /// How long a held bucket may go untouched and still read correctly: the shortest horizon of
 /// `tiers`, read on the clock `C`.
 pub(crate) fn idle_horizon<C: crate::Clock>(tiers: &[Solved]) -> core::time::Duration {
-    let ticks = tiers.iter().map(|tier| tier.params.horizon_ticks()).min();
+    let ticks = tiers.iter().map(|tier| tier.layout.horizon_ticks()).min();
     crate::clock::ticks_to_duration_ceil::<C>(ticks.unwrap_or(0))
 }
 
@@ -29,28 +29,28 @@ impl Solved {
         bits: u32,
         protection_ticks: u64,
     ) -> Result<Self, ConfigError> {
-        let params = match Layout::solve(&quota, hz, bits) {
-            Ok(params) => params,
+        let layout = match Layout::solve(&quota, hz, bits) {
+            Ok(layout) => layout,
             Err(error) => return Err(error),
         };
         Ok(Self {
-            params,
+            layout,
             quota,
-            protection_units: Self::units_of(&params, protection_ticks),
+            protection_units: Self::units_of(&layout, protection_ticks),
         })
     }
 
     /// The same tier protecting returning keys for `protection_ticks` instead.
     pub const fn protecting(mut self, protection_ticks: u64) -> Self {
-        self.protection_units = Self::units_of(&self.params, protection_ticks);
+        self.protection_units = Self::units_of(&self.layout, protection_ticks);
         self
     }
 
-    const fn units_of(params: &Layout, protection_ticks: u64) -> u64 {
+    const fn units_of(layout: &Layout, protection_ticks: u64) -> u64 {
         if protection_ticks == 0 {
             0
         } else {
-            protection_units(params, protection_ticks)
+            protection_units(layout, protection_ticks)
         }
     }
 

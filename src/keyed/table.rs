@@ -273,7 +273,7 @@ impl<K: Eq, C: Clock, const N: usize, W: Word, const T: usize> KeyedTable<K, C, 
             Ok(entered) => entered,
             Err(NoSlot::UnknownTier(tier)) => return Err(KeyedDenied::UnknownTier(tier)),
             Err(NoSlot::Full) => {
-                let p = &self.first.params;
+                let p = &self.first.layout;
                 return match self.when_full {
                     WhenFull::Refuse => Err(KeyedDenied::Full { capacity: N }),
                     WhenFull::Admit => p
@@ -289,7 +289,7 @@ impl<K: Eq, C: Clock, const N: usize, W: Word, const T: usize> KeyedTable<K, C, 
                 };
             }
         };
-        let p = &self.solved(tier).params;
+        let p = &self.solved(tier).layout;
         let result = p.cost(n).and_then(|cost| {
             WordCell::<W>::new(&self.words[slot], p).try_take_settled(&self.clock, now, cost)
         });
@@ -329,8 +329,8 @@ impl<K: Eq, C: Clock, const N: usize, W: Word, const T: usize> KeyedTable<K, C, 
             if self.users[slot].load(Ordering::Acquire) != 0 {
                 return Err(SetTierError::Busy);
             }
-            let from = &self.solved(slots.tiers[slot]).params;
-            let word = converted(from, &to.params, W::load(&self.words[slot]), now);
+            let from = &self.solved(slots.tiers[slot]).layout;
+            let word = converted(from, &to.layout, W::load(&self.words[slot]), now);
             overwrite::<W>(&self.words[slot], word);
             slots.tiers[slot] = tier.0;
             Ok(true)
@@ -355,7 +355,7 @@ impl<K: Eq, C: Clock, const N: usize, W: Word, const T: usize> KeyedTable<K, C, 
             match slots.keys.iter().position(|k| k.as_ref() == Some(key)) {
                 Some(slot) => {
                     let tier = self.solved(slots.tiers[slot]);
-                    let p = &tier.params;
+                    let p = &tier.layout;
                     match W::load(&self.words[slot]) {
                         word if word == p.unused() => tier.quota.start_fill(),
                         word => p.tokens(word, p.units_at(now)),
@@ -386,7 +386,7 @@ impl<K: Eq, C: Clock, const N: usize, W: Word, const T: usize> KeyedTable<K, C, 
                 .unwrap_or(0)
         });
         if self.when_full == WhenFull::Admit {
-            let p = &self.first.params;
+            let p = &self.first.layout;
             ticks = ticks.min(super::ticks_to_one_token(p, W::load(&self.overflow), now));
         }
         ticks_to_duration_ceil::<C>(ticks)
@@ -409,10 +409,10 @@ impl<K: Eq, C: Clock, const N: usize, W: Word, const T: usize> KeyedTable<K, C, 
                 let slots = self.slots.borrow_ref(cs);
                 if slots.keys[slot].is_some() {
                     let tier = self.solved(slots.tiers[slot]);
-                    let now_units = tier.params.units_at(now);
+                    let now_units = tier.layout.units_at(now);
                     touch_word::<W>(
                         &self.words[slot],
-                        &tier.params,
+                        &tier.layout,
                         now_units,
                         tier.protection_units,
                     );
@@ -420,10 +420,10 @@ impl<K: Eq, C: Clock, const N: usize, W: Word, const T: usize> KeyedTable<K, C, 
             });
         }
         let first = &self.first;
-        let now_units = first.params.units_at(now);
+        let now_units = first.layout.units_at(now);
         touch_word::<W>(
             &self.overflow,
-            &first.params,
+            &first.layout,
             now_units,
             first.protection_units,
         );
@@ -480,7 +480,7 @@ impl<K: Eq, C: Clock, const N: usize, W: Word, const T: usize> KeyedTable<K, C, 
     /// Ticks until the bucket in a held `slot` may be evicted: 0 when it may be now.
     fn ticks_to_evictable(&self, slots: &Slots<K, N>, slot: usize, now: u64) -> u64 {
         let tier = self.solved(slots.tiers[slot]);
-        let p = &tier.params;
+        let p = &tier.layout;
         let guard = tier.guard(slots.protected[slot]);
         p.ticks_until(
             now,
@@ -523,7 +523,7 @@ impl<K: Eq, C: Clock, const N: usize, W: Word, const T: usize> KeyedTable<K, C, 
             };
             // No call uses this slot: its word can be set back to the never-used mark, which
             // the first update turns into a fresh bucket at the tier's start fill.
-            overwrite::<W>(&self.words[slot], self.first.params.unused());
+            overwrite::<W>(&self.words[slot], self.first.layout.unused());
             slots.keys[slot] = Some(key);
             slots.tiers[slot] = tier.0;
             self.users[slot].fetch_add(1, Ordering::Relaxed);
@@ -541,7 +541,7 @@ impl<K: Eq, C: Clock, const N: usize, W: Word, const T: usize> KeyedTable<K, C, 
                 continue;
             }
             let tier = self.solved(slots.tiers[slot]);
-            let p = &tier.params;
+            let p = &tier.layout;
             let protected = slots.protected[slot];
             let word = W::load(&self.words[slot]);
             let now_units = p.units_at(now);
@@ -597,8 +597,8 @@ const fn solve_tiers<C: Clock, W: Word, const T: usize>(
             Ok(tier) => tier,
             Err(error) => return Err(KeyedConfigError::Quota(error)),
         };
-        if solved[i].params.burst() > max_burst {
-            max_burst = solved[i].params.burst();
+        if solved[i].layout.burst() > max_burst {
+            max_burst = solved[i].layout.burst();
         }
         i += 1;
     }

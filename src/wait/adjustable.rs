@@ -14,7 +14,7 @@ use crate::{AdjustableBucket, AdjustableWord, Clock, Denied};
 /// What a wait took from an [`AdjustableBucket`], for a give-back if the caller does not act.
 pub struct AdjustableTake {
     /// The layout it was taken under.
-    params: Layout,
+    layout: Layout,
     /// The word the take left.
     due_units: u64,
     cost_units: u64,
@@ -33,7 +33,7 @@ impl<C: Clock, W: AdjustableWord> GiveBack for AdjustableBucket<C, W> {
         }
         let _nothing_to_give_back = self.update(
             |p, word, now_units| {
-                if *p != taken.params {
+                if *p != taken.layout {
                     return Err(());
                 }
                 p.refund(word, now_units, taken.due_units, taken.cost_units)
@@ -53,7 +53,7 @@ impl<C: Clock, W: AdjustableWord> ReserveNow for AdjustableBucket<C, W> {
                 let cost_units = p.cost(n)?;
                 let (due_units, ()) = p.take_now::<C, W>(word, now, now_units, cost_units)?;
                 let take = AdjustableTake {
-                    params: *p,
+                    layout: *p,
                     due_units,
                     cost_units,
                     made_ticks: now,
@@ -74,7 +74,7 @@ impl<C: Clock, W: AdjustableWord> ReserveNow for AdjustableBucket<C, W> {
                     retry_after: ticks_to_duration_ceil::<C>(retry),
                 })?;
             let take = AdjustableTake {
-                params: *p,
+                layout: *p,
                 due_units,
                 cost_units,
                 made_ticks: now,

@@ -47,9 +47,9 @@ impl Deref for Unpacked {
 }
 
 impl Narrow {
-    /// `params` in 28 bytes, or `None` if it is not a 32-bit word's layout that unpacks to
+    /// `layout` in 28 bytes, or `None` if it is not a 32-bit word's layout that unpacks to
     /// itself (the solver builds none such; see the module's docs).
-    pub(crate) const fn pack(params: &Layout) -> Option<Narrow> {
+    pub(crate) const fn pack(layout: &Layout) -> Option<Narrow> {
         const fn narrow(x: u64) -> Option<u32> {
             if x <= u32::MAX as u64 {
                 Some(x as u32)
@@ -57,20 +57,20 @@ impl Narrow {
                 None
             }
         }
-        if params.word_bits != 32 {
+        if layout.word_bits != 32 {
             return None;
         }
-        let upq = params.units_per_quantum.get();
-        let Some(units_per_token) = narrow(params.units_per_token.get()) else {
+        let upq = layout.units_per_quantum.get();
+        let Some(units_per_token) = narrow(layout.units_per_token.get()) else {
             return None;
         };
         let Some(units_per_token) = NonZeroU32::new(units_per_token) else {
             return None;
         };
         let (Some(negative_from), Some(ceiling_units), Some(start_units)) = (
-            narrow(params.negative_from),
-            narrow(params.ceiling_units),
-            narrow(params.start_units),
+            narrow(layout.negative_from),
+            narrow(layout.ceiling_units),
+            narrow(layout.start_units),
         ) else {
             return None;
         };
@@ -80,15 +80,15 @@ impl Narrow {
             negative_from,
             ceiling_units,
             start_units,
-            shift: params.shift,
-            fraction_bits: params.fraction_bits,
-            quanta_spare_bits: params.quanta_spare_bits,
-            exact: params.exact,
+            shift: layout.shift,
+            fraction_bits: layout.fraction_bits,
+            quanta_spare_bits: layout.quanta_spare_bits,
+            exact: layout.exact,
         };
         // The modulus is the one field not stored: it must be the one `unpack` works out.
         // Quanta are taken modulo 2^k, k <= 32 (read in 32 bits: `WordCell::units_at`).
         if (packed.shift != 0 && packed.quanta_spare_bits < 32)
-            || packed.modulus() != params.modulus
+            || packed.modulus() != layout.modulus
         {
             return None;
         }

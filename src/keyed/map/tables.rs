@@ -1,4 +1,4 @@
-//! A keyed limiter's shards: each a lock around two hash tables of entries ([`Lines`]); the
+//! A keyed limiter's shards: each a lock around two hash tables of entries ([`SwissTable`]); the
 //! entries, with a tier's byte only in a limiter of several tiers; and which shard a hash goes
 //! to.
 
@@ -9,7 +9,7 @@ use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 // Not `crate::sync`: a hint beside the buckets, never a bucket's state.
 use portable_atomic::AtomicU64;
 
-use super::lines::Lines;
+use super::swiss::SwissTable;
 use crate::engine::word::Word;
 
 /// One key's entry in a shard's table: the key, its bucket's word and the index of the tier it
@@ -149,8 +149,8 @@ pub(super) struct Shard<E> {
 
 /// A shard's keys: the protected ones and the others.
 pub(super) struct Entries<E> {
-    pub protected: Lines<E>,
-    pub fresh: Lines<E>,
+    pub protected: SwissTable<E>,
+    pub fresh: SwissTable<E>,
 }
 
 impl<E> Shard<E> {
@@ -158,8 +158,8 @@ impl<E> Shard<E> {
         Shard {
             planned,
             inner: RwLock::new(Entries {
-                protected: Lines::new(),
-                fresh: Lines::new(),
+                protected: SwissTable::new(),
+                fresh: SwissTable::new(),
             }),
             due_ticks: AtomicU64::new(now),
         }
@@ -246,7 +246,7 @@ pub(super) fn shard_bits(hash: u64) -> usize {
 /// Inserts a new entry, which no table of the shard holds, into `table`, planned for `planned`
 /// keys; returns it.
 pub(super) fn insert<'a, E: Slot>(
-    table: &'a mut Lines<E>,
+    table: &'a mut SwissTable<E>,
     hash: u64,
     entry: E,
     planned: usize,
@@ -256,13 +256,13 @@ pub(super) fn insert<'a, E: Slot>(
 }
 
 /// Gives memory back once `table` is mostly empty: rebuilt at the size its entries need.
-pub(super) fn shrink<E: Slot>(table: &mut Lines<E>, hasher: &impl BuildHasher) {
+pub(super) fn shrink<E: Slot>(table: &mut SwissTable<E>, hasher: &impl BuildHasher) {
     table.shrink(|e| hasher.hash_one(e.key()));
 }
 
 /// Keeps the entries of `table` for which `keep` says `true`.
 pub(super) fn retain<E: Slot>(
-    table: &mut Lines<E>,
+    table: &mut SwissTable<E>,
     keep: impl FnMut(&mut E) -> bool,
     hasher: &impl BuildHasher,
 ) {

@@ -111,7 +111,7 @@ fn op() -> impl Strategy<Value = Op> {
 /// the same keys and values, and that the table's length and iteration say so.
 fn against_model<E: TestEntry>(ops: &[Op], colliding: bool, planned: usize) {
     let hash = |e: &E| hash_of(e.key(), colliding);
-    let mut table = Lines::<E>::new();
+    let mut table = SwissTable::<E>::new();
     let mut model = HashMap::new();
     for op in ops {
         match *op {
@@ -208,8 +208,8 @@ fn groups_fit_the_entries() {
     assert_eq!(geometry(32, 8), (232, 7));
     assert_eq!(geometry(20, 8), (152, 7));
     assert_eq!(geometry(48, 16), (352, 7));
-    assert_eq!(Lines::<(u64, u64)>::GROUP_BYTES, 128);
-    assert_eq!(Lines::<(u64, u64)>::ALIGN, 128);
+    assert_eq!(SwissTable::<(u64, u64)>::GROUP_BYTES, 128);
+    assert_eq!(SwissTable::<(u64, u64)>::ALIGN, 128);
 }
 
 /// A table at a steady number of keys under a flood of insertions and removals keeps its size:
@@ -217,7 +217,7 @@ fn groups_fit_the_entries() {
 #[test]
 fn a_flood_at_a_steady_count_never_grows_the_table() {
     let hash = |e: &(u64, u64)| hash_of(e.0, false);
-    let mut table = Lines::new();
+    let mut table = SwissTable::new();
     let steady = if cfg!(miri) { 40 } else { 1000 };
     for key in 0..steady {
         table.insert(hash_of(key, false), (key, 0), 0, hash);
@@ -282,12 +282,12 @@ fn the_probe_visits_every_group_once_at_any_group_count() {
 fn a_table_grows_to_its_plan_and_doubles_past_it() {
     let hash = |e: &(u64, u64)| hash_of(e.0, false);
     let planned = if cfg!(miri) { 200 } else { 10_000 };
-    let mut table = Lines::new();
+    let mut table = SwissTable::new();
     for key in 0..planned as u64 {
         table.insert(hash_of(key, false), (key, 0), planned, hash);
     }
     let groups = table.allocation_size() / 128;
-    assert_eq!(groups, Lines::<(u64, u64)>::groups_for(planned));
+    assert_eq!(groups, SwissTable::<(u64, u64)>::groups_for(planned));
     assert!(!groups.is_power_of_two());
     assert!(planned as f64 / (groups * 7) as f64 > 0.9);
     for key in planned as u64..(planned as u64 * 3 / 2) {

@@ -1,11 +1,11 @@
 //! A shard's hash table of entries, laid out so that a lookup of a held key reads one cache
-//! line, or one aligned pair of lines, when the entries are small.
+//! cache line, or one aligned pair of cache lines, when the entries are small.
 //!
 //! The table is a number of *groups*, each starting with an eight-byte header: one byte
 //! per slot (0 when the slot is empty, otherwise `0x80` and the top seven bits of the key's
 //! hash) and, in the last byte, how many keys passed over this group because it was full when
 //! they were inserted. The entries follow the header: seven `u64` keys with their 64-bit words
-//! fill a 128-byte pair of lines (three in the header's line), so the tags and the entry of a
+//! fill a 128-byte pair of cache lines (three in the header's cache line), so the tags and the entry of a
 //! held key arrive together, where a table of control bytes apart from its entries costs two
 //! cache misses (and two pages) per lookup. See [`geometry`] for other entry sizes.
 //!
@@ -44,9 +44,9 @@ const HIGH_BITS: u64 = 0x8080_8080_8080_8080;
 /// How many bytes a group of `E` takes and how many entries it holds.
 ///
 /// One line if it holds four entries or more (eight bytes or less each). Otherwise seven
-/// entries after the header: in a pair of lines, aligned to 128 bytes, if they fit (three
+/// entries after the header: in a pair of cache lines, aligned to 128 bytes, if they fit (three
 /// `u64` keys with their words in the header's line, four in the next), so that a lookup of a
-/// held key reads the one pair of lines, which processors commonly fetch together; else packed
+/// held key reads the one pair of cache lines, which processors commonly fetch together; else packed
 /// (a larger entry outside the header's line costs a second load, as a separate table of
 /// control bytes would, and the group takes no more room than such a table).
 const fn geometry(size: usize, header: usize) -> (usize, usize) {
@@ -73,7 +73,7 @@ const fn min(a: usize, b: usize) -> usize {
 /// A hash table of entries `E`, each found by its hash and an equality test. Not a concurrent
 /// table: the shard's lock keeps writers (`&mut self`) apart from readers (`&self`), and a
 /// reader changes an entry only through its atomics.
-pub(crate) struct Lines<E> {
+pub(crate) struct SwissTable<E> {
     /// `groups` groups of `Self::GROUP_BYTES` bytes each, or dangling when `groups` is 0.
     memory: NonNull<u8>,
     /// 0 before the first insertion and after the last shrink.
@@ -86,12 +86,12 @@ pub(crate) struct Lines<E> {
 }
 
 // SAFETY: the table owns its entries as a `Vec<E>` would; sending it sends them.
-unsafe impl<E: Send> Send for Lines<E> {}
+unsafe impl<E: Send> Send for SwissTable<E> {}
 // SAFETY: `&self` methods hand out `&E` and read headers that only `&mut self` methods write,
 // as a `Vec<E>` shared between threads would.
-unsafe impl<E: Sync> Sync for Lines<E> {}
+unsafe impl<E: Sync> Sync for SwissTable<E> {}
 
-impl<E> Lines<E> {
+impl<E> SwissTable<E> {
     const SIZE: usize = size_of::<E>();
     /// The header's bytes: eight, or the entry's alignment if larger, so that the first entry
     /// is aligned.
@@ -103,7 +103,7 @@ impl<E> Lines<E> {
     const GEOMETRY: (usize, usize) = geometry(Self::SIZE, Self::HEADER);
     const GROUP_BYTES: usize = Self::GEOMETRY.0;
     const SLOTS: usize = Self::GEOMETRY.1;
-    /// A pair of lines is aligned to its size, as processors pair lines; any other group to a
+    /// A pair of cache lines is aligned to its size, as processors pair lines; any other group to a
     /// line.
     const ALIGN: usize = if Self::GROUP_BYTES == 2 * LINE {
         2 * LINE
@@ -117,7 +117,7 @@ impl<E> Lines<E> {
     pub fn new() -> Self {
         // Groups are aligned to a line, and an entry holds at least its word.
         const { assert!(size_of::<E>() > 0 && align_of::<E>() <= LINE) };
-        Lines {
+        SwissTable {
             memory: NonNull::dangling(),
             groups: 0,
             mask: 0,
@@ -402,7 +402,7 @@ impl<E> Lines<E> {
 
     /// Moves every entry into a new allocation of `groups` groups (none if 0), which holds them.
     fn resize(&mut self, groups: usize, rehash: &impl Fn(&E) -> u64) {
-        let mut resized = Lines::<E>::new();
+        let mut resized = SwissTable::<E>::new();
         if groups > 0 {
             let layout = Self::layout(groups);
             // SAFETY: the layout has a nonzero size: `groups > 0` and `GROUP_BYTES > 0`.
@@ -438,7 +438,7 @@ impl<E> Lines<E> {
     }
 }
 
-impl<E> Drop for Lines<E> {
+impl<E> Drop for SwissTable<E> {
     fn drop(&mut self) {
         if self.groups == 0 {
             return;
