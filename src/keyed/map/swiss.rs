@@ -1,4 +1,4 @@
-//! A shard's hash table of entries, laid out so that a lookup of a held key reads one cache
+//! A shard's hash table of entries, laid out so that a lookup of a held key reads one
 //! cache line, or one aligned pair of cache lines, when the entries are small.
 //!
 //! The table is a number of *groups*, each starting with an eight-byte header: one byte
