@@ -35,7 +35,7 @@ impl fmt::Display for Denied {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Denied::Insufficient { retry_after } => {
-                write!(f, "rate limited: retry after {}", ForPeople(*retry_after))
+                write!(f, "rate limited: retry after {}", HumanDuration(*retry_after))
             }
             Denied::ExceedsCapacity { burst } => write!(
                 f,
@@ -141,18 +141,18 @@ impl core::error::Error for ConfigError {}
 ///
 /// ```
 /// use core::time::Duration;
-/// use tollgate::headers::ForPeople;
+/// use tollgate::headers::HumanDuration;
 ///
-/// assert_eq!(ForPeople(Duration::from_millis(1_200)).to_string(), "1.2 s");
-/// assert_eq!(ForPeople(Duration::from_nanos(1_200_000_001)).to_string(), "1.3 s");
-/// assert_eq!(ForPeople(Duration::from_millis(350)).to_string(), "350 ms");
-/// assert_eq!(ForPeople(Duration::from_micros(10)).to_string(), "1 ms");
-/// assert_eq!(ForPeople(Duration::from_secs(3)).to_string(), "3 s");
+/// assert_eq!(HumanDuration(Duration::from_millis(1_200)).to_string(), "1.2 s");
+/// assert_eq!(HumanDuration(Duration::from_nanos(1_200_000_001)).to_string(), "1.3 s");
+/// assert_eq!(HumanDuration(Duration::from_millis(350)).to_string(), "350 ms");
+/// assert_eq!(HumanDuration(Duration::from_micros(10)).to_string(), "1 ms");
+/// assert_eq!(HumanDuration(Duration::from_secs(3)).to_string(), "3 s");
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ForPeople(pub Duration);
+pub struct HumanDuration(pub Duration);
 
-impl fmt::Display for ForPeople {
+impl fmt::Display for HumanDuration {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let nanos = self.0.as_nanos();
         if nanos == 0 {

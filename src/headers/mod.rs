@@ -6,7 +6,7 @@
 //!   pause. The caller passes the current time where an HTTP date needs one. Malformed input is
 //!   a [`HeaderError`], never a panic.
 //! - **Writing** a refusal's (`respond`, with `std`): [`RateLimitHeaders`] for a `429` or `503`
-//!   answer, as the tower layer writes them, and [`ForPeople`], a duration as a person reads it
+//!   answer, as the tower layer writes them, and [`HumanDuration`], a duration as a person reads it
 //!   (`1.2 s`, `350 ms`) for the answer's body.
 //!
 //! ```
@@ -36,4 +36,4 @@ pub use parse::*;
 #[cfg(feature = "std")]
 pub use respond::{RateLimitHeaders, RATE_LIMIT, RATE_LIMIT_POLICY, RETRY_AFTER};
 
-pub use crate::error::ForPeople;
+pub use crate::error::HumanDuration;

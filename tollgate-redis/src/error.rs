@@ -3,7 +3,7 @@
 use super::Source;
 use core::fmt;
 use core::time::Duration;
-use tollgate::headers::ForPeople;
+use tollgate::headers::HumanDuration;
 use tollgate::{ConfigError, Denied};
 
 /// Why a [`RedisBucket`](super::RedisBucket) call did not grant.
@@ -99,7 +99,7 @@ impl fmt::Display for Fault {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Fault::Timeout { after } => {
-                write!(f, "no answer from Redis within {}", ForPeople(*after))
+                write!(f, "no answer from Redis within {}", HumanDuration(*after))
             }
             Fault::Redis(error) => write!(f, "Redis: {error}"),
             Fault::Rejected(error) => write!(f, "Redis rejected the call: {error}"),
@@ -157,7 +157,7 @@ impl fmt::Display for SetupError {
             SetupError::Fallback(error) => write!(f, "invalid fallback quota: {error}"),
             SetupError::Unreachable(_) => f.write_str("cannot reach Redis"),
             SetupError::Timeout { after } => {
-                write!(f, "no answer from Redis within {}", ForPeople(*after))
+                write!(f, "no answer from Redis within {}", HumanDuration(*after))
             }
             SetupError::Refused(_) => f.write_str("Redis refused the connection's first call"),
             SetupError::NoRuntime => {

@@ -36,7 +36,7 @@ use std::boxed::Box;
 
 use pin_project_lite::pin_project;
 
-use tollgate::headers::ForPeople;
+use tollgate::headers::HumanDuration;
 use tollgate::{Clock, Denied, KeyedDenied, Quota, TokenBucket, Word};
 
 mod backpressure;
@@ -186,10 +186,10 @@ impl fmt::Display for RateLimited {
             (KeyedDenied::Full { .. }, Some(room)) => write!(
                 f,
                 "too many clients: retry after {}",
-                ForPeople(room.max(Duration::from_secs(1)))
+                HumanDuration(room.max(Duration::from_secs(1)))
             ),
             (KeyedDenied::Denied(_), Some(wait)) => {
-                write!(f, "rate limited: retry after {}", ForPeople(wait))
+                write!(f, "rate limited: retry after {}", HumanDuration(wait))
             }
             (denial, _) => fmt::Display::fmt(&denial, f),
         }
