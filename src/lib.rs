@@ -76,7 +76,7 @@
 //!   other operation is checked at construction.
 
 #![no_std]
-#![cfg_attr(docsrs, feature(doc_auto_cfg))]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 #[cfg(any(feature = "std", test, loom))]
 extern crate std;

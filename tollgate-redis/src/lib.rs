@@ -60,6 +60,8 @@
 //!   `OOM`, `NOPERM` are [`Error::Rejected`], whatever the policy; the policy decides only when
 //!   Redis cannot answer (unreachable, timed out, loading, busy).
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 mod answers;
 mod builder;
 mod cluster;
