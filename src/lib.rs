@@ -46,25 +46,41 @@
 //! | feature | default | what it adds |
 //! |---|---|---|
 //! | `std` | yes | [`StdClock`]; `TokenBucket::acquire_blocking`: blocking waits for threads; [`KeyedLimiter`]: per-key limits for servers, sharded and capped |
-//! | `tokio` | no | `TokioClock`, `TokenBucket::acquire(n).await`: cancel-safe async waits; `io::Throttled`: byte-rate `AsyncRead` / `AsyncWrite` |
+//! | `tokio` | no | `TokioClock`, `TokenBucket::acquire(n).await`: cancel-safe async waits; `io::Throttled`: byte-rate `AsyncRead` / `AsyncWrite`; `wait::RemoteLine`, the line of a remote bucket's waiters |
 //! | `embedded-hal` | no | `TokenBucket::acquire_with_delay`: blocking waits through `DelayNs` |
 //! | `heapless` | no | `KeyedTable`: per-key limits in fixed memory, safe in interrupt handlers |
-//! | `tower` | no | `layer`: tower middleware: HTTP answers (429 and 503 with their headers), key extractors, rejection as an error, backpressure, dry run |
-//! | `redis` | no | `RedisBucket`: one quota shared by many processes, kept in Redis |
 //! | `quanta` | no | `TscClock`: the CPU's time-stamp counter, for hot paths (implies `std`) |
 //! | `coarse-clock` | no | `CoarseClock`: one atomic refreshed every millisecond (implies `std`) |
 //! | `metrics` | no | `observe::Metrics`: a limit's counts sent to the `metrics` facade (implies `std`) |
 //! | `defmt` | no | `defmt::Format` on the public types |
+//! | `word64` | no | the 64-bit word on targets without native 64-bit atomics, through portable-atomic's fallback (the firmware provides portable-atomic's critical section) |
 //!
 //! Always available: [`Limits`] (several buckets taken all-or-none), `TokenBucket::pause_for`
 //! after a 429, [`headers`] (`Retry-After` and the IETF `RateLimit` headers), [`Jitter`],
-//! [`observe`] (counts of grants, denials and waits, costing nothing unless used), and
-//! `AdjustableBucket` (live `set_quota`, where the target has 64-bit atomics).
+//! [`observe`] (counts of grants, denials and waits, costing nothing unless used), [`wait`]
+//! (the seam for buckets kept elsewhere), and `AdjustableBucket` (live `set_quota`, where the
+//! target has 64-bit atomics).
 //!
 //! Without `std` the crate is `no_std` and needs only atomics. On targets without
 //! compare-and-swap (thumbv6m, riscv32imc) the final firmware chooses how portable-atomic
 //! provides it (its `critical-section` feature or `--cfg portable_atomic_unsafe_assume_single_core`);
 //! this crate never does.
+//!
+//! ## The sibling crates
+//!
+//! - `tollgate-tower`: tower middleware over these buckets: HTTP answers (429 and 503 with
+//!   `Retry-After` and `RateLimit` headers), key extractors, rejection as an error,
+//!   backpressure, dry run.
+//! - `tollgate-redis`: the same bucket kept in Redis or a Redis Cluster, one quota for many
+//!   processes; per-key quotas; leased tokens.
+//!
+//! Both use only this crate's public API; their waits plug into [`wait`]'s seam, as any other
+//! backend can.
+//!
+//! ## Minimum supported Rust version
+//!
+//! Rust 1.81, with every feature (checked in CI with that toolchain). A change of the minimum
+//! version is a minor version's change while the crate is 0.x.
 //!
 //! ## Guarantees
 //!
