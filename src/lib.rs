@@ -48,7 +48,7 @@
 //! | `std` | yes | [`StdClock`]; `TokenBucket::acquire_blocking`: blocking waits for threads; [`KeyedLimiter`]: per-key limits for servers, sharded and capped |
 //! | `tokio` | no | `TokioClock`, `TokenBucket::acquire(n).await`: cancel-safe async waits; `io::Throttled`: byte-rate `AsyncRead` / `AsyncWrite`; `wait::RemoteLine`, the line of a remote bucket's waiters |
 //! | `embedded-hal` | no | `TokenBucket::acquire_with_delay`: blocking waits through `DelayNs` |
-//! | `heapless` | no | `KeyedTable`: per-key limits in fixed memory, safe in interrupt handlers |
+//! | `keyed-table` | no | `KeyedTable`: per-key limits in fixed memory, safe in interrupt handlers |
 //! | `quanta` | no | `TscClock`: the CPU's time-stamp counter, for hot paths (implies `std`) |
 //! | `coarse-clock` | no | `CoarseClock`: one atomic refreshed every millisecond (implies `std`) |
 //! | `metrics` | no | `observe::Metrics`: a limit's counts sent to the `metrics` facade (implies `std`) |
@@ -170,7 +170,7 @@ mod error;
 pub mod headers;
 #[cfg(feature = "tokio")]
 pub mod io;
-#[cfg(any(feature = "std", feature = "heapless"))]
+#[cfg(any(feature = "std", feature = "keyed-table"))]
 mod keyed;
 mod limits;
 #[cfg(not(loom))]
@@ -193,9 +193,9 @@ pub use clock::TokioClock;
 pub use clock::TscClock;
 pub use engine::word::{DefaultWord, Word};
 pub use error::{ConfigError, Denied};
-#[cfg(all(feature = "heapless", not(loom)))]
+#[cfg(all(feature = "keyed-table", not(loom)))]
 pub use keyed::KeyedTable;
-#[cfg(any(feature = "std", feature = "heapless"))]
+#[cfg(any(feature = "std", feature = "keyed-table"))]
 pub use keyed::{IpPrefix, KeyedConfigError, KeyedDenied, SetTierError, Tier, WhenFull, MAX_TIERS};
 #[cfg(feature = "std")]
 pub use keyed::{KeyHasher, KeyedLimiter, KeyedLimiterBuilder};

@@ -32,7 +32,7 @@ use core::time::Duration;
 use crate::engine::sync::Ordering::Relaxed;
 use crate::{Clock, Denied, Reservation, TokenBucket, Word};
 
-#[cfg(any(feature = "std", feature = "heapless"))]
+#[cfg(any(feature = "std", feature = "keyed-table"))]
 mod keyed;
 #[cfg(feature = "metrics")]
 mod metrics;

@@ -196,3 +196,33 @@ fn a_const_bucket_answers_its_quota_on_either_word() {
     }
     assert_eq!(granted, 5);
 }
+
+/// `KeyedTable` against the smallest `heapless` map that would hold the same state per key (the
+/// word, a count of calls, a tier and a protection byte): the README's reason for not building
+/// the table on `heapless`, beside the structural one (its `swap_remove` moves entries, so a word
+/// there could be updated only inside the critical section).
+#[cfg(feature = "keyed-table")]
+#[test]
+fn a_keyed_table_is_smaller_than_a_heapless_map_of_the_same_state() {
+    use core::sync::atomic::AtomicU64;
+    use heapless::index_map::FnvIndexMap;
+    use tollgate::KeyedTable;
+
+    type Slot = (AtomicU64, u32, u8, bool);
+    let pairs = [
+        (
+            "64 u16 keys",
+            size_of::<KeyedTable<u16, Zst, 64, u64>>(),
+            size_of::<FnvIndexMap<u16, Slot, 64>>(),
+        ),
+        (
+            "256 u32 keys",
+            size_of::<KeyedTable<u32, Zst, 256, u64>>(),
+            size_of::<FnvIndexMap<u32, Slot, 256>>(),
+        ),
+    ];
+    for (what, ours, heapless) in pairs {
+        eprintln!("{what}: KeyedTable {ours} B, heapless FnvIndexMap {heapless} B");
+        assert!(ours < heapless, "{what}: {ours} B against {heapless} B");
+    }
+}

@@ -8,9 +8,9 @@ use std::time::Instant;
 /// read.
 ///
 /// It is a zero-sized type, so a bucket on it can live in a `static`. On Linux and Android a
-/// read is one `clock_gettime(CLOCK_MONOTONIC)` (a vDSO call, about 18 ns), the clock `Instant`
-/// reads, less the origin in nanoseconds: it skips the `Instant` and the `Duration` between it and
-/// the origin, which cost about 3 ns more. Elsewhere it is `Instant::now()` since the origin. The
+/// read is one `clock_gettime(CLOCK_MONOTONIC)` (a vDSO call), the clock `Instant` reads, less
+/// the origin in nanoseconds: it skips making an `Instant` and the `Duration` between it and the
+/// origin. Elsewhere it is `Instant::now()` since the origin. The
 /// origin is shared by every `StdClock` in the process; 64 bits of nanoseconds last 584 years.
 ///
 /// [`ticks_at`](Self::ticks_at) converts an `Instant` to the same ticks, exactly up to where the

@@ -91,8 +91,7 @@ impl Clock for TscClock {
         // word of one 64 × 64-bit multiply. quanta's own reading is a call into it (its `raw`
         // is not inlined across crates) that matches on its kind of clock, then
         // `delta_as_nanos`, which matches again, checks its arguments' order and shifts by a
-        // calibrated amount: on the TSC a check took 0.91-0.95 × the time with this reading in
-        // quiet spells of the host and 0.82-0.88 × in slow ones.
+        // calibrated amount, all of which a check would pay on every reading.
         if self.scale != 0 {
             self.scaled(count(&self.clock))
         } else {

@@ -73,7 +73,7 @@ impl<'a, W: Word> WordCell<'a, W> {
     /// (by the reading's age: a whole second more, rounded up in a `Retry-After`). It is
     /// answered again on a fresh reading, once. Grants are as `try_take`'s: a reading's age
     /// only denies.
-    #[cfg(any(feature = "std", feature = "heapless"))]
+    #[cfg(any(feature = "std", feature = "keyed-table"))]
     #[inline]
     pub(crate) fn try_take_settled<C: Clock + ?Sized>(
         &self,
@@ -87,7 +87,7 @@ impl<'a, W: Word> WordCell<'a, W> {
 
     /// The take again on a fresh reading, if the bucket read in debt at `now_ticks`; otherwise
     /// `denied`.
-    #[cfg(any(feature = "std", feature = "heapless"))]
+    #[cfg(any(feature = "std", feature = "keyed-table"))]
     #[cold]
     fn settle<C: Clock + ?Sized>(
         &self,
@@ -257,9 +257,9 @@ impl<'a, W: Word> WordCell<'a, W> {
     /// `redis` feature, the copy in this crate's own code, an opaque call that might unwind, and
     /// `tests/no_panic.rs` could not prove the hot path. The 64-bit word's `try_acquire` reaches
     /// it only through `try_take_first`, out of line already, so inlining costs its loop nothing
-    /// (the same instructions); on the 32-bit word on x86-64 the grant measured no slower (0.96
-    /// to 0.98 ×, within what placement alone moves). On a 32-bit core it is left as it was,
-    /// with no hint: there `#[inline]` grew the firmware's `try_acquire` by 16 bytes.
+    /// (the same instructions), and on the 32-bit word on x86-64 the grant is no slower. On a
+    /// 32-bit core it is left as it was, with no hint: there `#[inline]` grew the firmware's
+    /// `try_acquire`.
     #[cold]
     #[cfg_attr(target_pointer_width = "64", inline)]
     fn first_use(word: &W::Atomic, fresh: u64) -> u64 {

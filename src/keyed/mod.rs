@@ -32,16 +32,16 @@ use crate::{ConfigError, Denied};
 #[cfg(feature = "std")]
 mod map;
 mod prefix;
-#[cfg(any(feature = "std", all(feature = "heapless", not(loom))))]
+#[cfg(any(feature = "std", all(feature = "keyed-table", not(loom))))]
 mod solved;
-#[cfg(all(feature = "heapless", not(loom)))]
+#[cfg(all(feature = "keyed-table", not(loom)))]
 mod table;
 mod tier;
 
 #[cfg(feature = "std")]
 pub use map::{KeyHasher, KeyedLimiter, KeyedLimiterBuilder};
 pub use prefix::IpPrefix;
-#[cfg(all(feature = "heapless", not(loom)))]
+#[cfg(all(feature = "keyed-table", not(loom)))]
 pub use table::KeyedTable;
 pub use tier::{SetTierError, Tier, MAX_TIERS};
 
@@ -236,7 +236,7 @@ pub(crate) fn ticks_to_one_token(p: &Layout, word: u64, now_ticks: u64) -> u64 {
 
 /// Puts `word` in `cell`: the never-used mark, or a bucket converted to another tier. Only for
 /// a cell that no other context is updating.
-#[cfg(all(feature = "heapless", not(loom)))]
+#[cfg(all(feature = "keyed-table", not(loom)))]
 pub(crate) fn overwrite<W: crate::engine::word::Word>(cell: &W::Atomic, word: u64) {
     let mut current = W::load(cell);
     while let Err(actual) = W::compare_exchange(cell, current, word) {

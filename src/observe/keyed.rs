@@ -22,7 +22,7 @@ where
     }
 }
 
-#[cfg(all(feature = "heapless", not(loom)))]
+#[cfg(all(feature = "keyed-table", not(loom)))]
 impl<K: Eq, C: Clock, const N: usize, W: Word, O: Observe>
     Counted<crate::KeyedTable<K, C, N, W>, O>
 {
@@ -34,7 +34,7 @@ impl<K: Eq, C: Clock, const N: usize, W: Word, O: Observe>
     }
 }
 
-#[cfg(all(test, feature = "heapless"))]
+#[cfg(all(test, feature = "keyed-table"))]
 crate::with_atomic64! {
     mod tests {
         use super::*;

@@ -18,8 +18,7 @@ use crate::{Clock, Denied, Jitter, Reservation, TokenBucket, Word};
 /// How late tokio's timer may wake, in `C`'s ticks: two milliseconds. Its wheel counts whole
 /// milliseconds and rounds a deadline up to the next, and its driver parks in whole
 /// milliseconds too (the I/O driver's `epoll_wait` rounds its timeout up), so a sleep ends up to
-/// two milliseconds late (measured here: 1.1 ms late at the median, 1.9 ms at the 99th
-/// percentile). A burst with room for that keeps what accrues meanwhile; with less, the head of
+/// two milliseconds late. A burst with room for that keeps what accrues meanwhile; with less, the head of
 /// a line takes its tokens this far ahead of their instant ([`Waiter::early`]), and a wait
 /// sleeps this last stretch on the precise timer.
 fn timer_lateness<C: Clock>() -> u64 {
@@ -172,8 +171,7 @@ pub(crate) async fn acquire_async<G: ReserveNow, B: Lined, const N: usize>(
 /// poll is the check alone, always inlined into the caller's, and the line's code (its state,
 /// its timer) is built out of the way, in a box, only for a wait that waits. The compiler
 /// inlines an `async fn`'s body or not by its size and its callers, and a body holding both
-/// paths was left a call in a build with two callers of it: 31 ns a take on the TSC where the
-/// inlined one took 22.
+/// paths was left a call in a build with two callers of it, so every take paid for the call.
 pub(crate) fn acquire_one_async<B: Lined + ReserveNow<Cost = u32>>(
     bucket: &B,
     n: u32,

@@ -256,8 +256,7 @@ fn blocking_waits() -> bool {
     // Time a call may take beyond its wait: the try before the sleep and the one after it
     // (each reads the clock in fixed point and converts ticks to a `Duration`), and the delay's
     // last spin. Largest on the Cortex-M0, which multiplies and divides 64-bit numbers in
-    // software: about 200 µs a call and 400 µs past the due instant there, against 35 µs on
-    // the M3 and 20 µs on the M4F.
+    // software, so the slack is sized for it.
     const SLACK_NS: u64 = 500_000;
     hprintln!();
     hprintln!(

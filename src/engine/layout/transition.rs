@@ -15,8 +15,8 @@ use crate::engine::word::Word;
 use crate::Denied;
 
 // The quota change. Compiled everywhere; unused only where neither of its callers is
-// (`AdjustableBucket`, on 64-bit atomics; the keyed tiers, with `std` or `heapless`).
-crate::cfg_atomic64! { not, cfg_attr(not(any(feature = "std", feature = "heapless")), allow(dead_code));
+// (`AdjustableBucket`, on 64-bit atomics; the keyed tiers, with `std` or `keyed-table`).
+crate::cfg_atomic64! { not, cfg_attr(not(any(feature = "std", feature = "keyed-table")), allow(dead_code));
     mod convert;
 }
 
