@@ -2,7 +2,7 @@
 
 use core::time::Duration;
 
-use crate::clock::{duration_to_ticks_ceil, Clock};
+use crate::clock::{duration_to_ticks_ceil, duration_to_ticks_floor, ticks_to_duration_ceil, Clock};
 use crate::engine::layout::Layout;
 use crate::engine::sync::{fence, spin_loop, AtomicBool, AtomicU64, Ordering};
 use crate::engine::word::{AdjustableWord, DefaultAdjustableWord};
@@ -212,6 +212,84 @@ impl<C: Clock, W: AdjustableWord> AdjustableBucket<C, W> {
         )
     }
 
+    /// Takes `n` tokens now, due after the tokens reserved before them, if that wait is at most
+    /// `max_wait`: as [`TokenBucket::reserve`](crate::TokenBucket::reserve), under the quota
+    /// current when it lands. Debt is kept in time across a quota change, so a reservation made
+    /// before [`set_quota`](Self::set_quota) stays due when it was.
+    ///
+    /// ```
+    /// use core::time::Duration;
+    /// use tollgate::{AdjustableBucket, ManualClock, Quota, Rate};
+    ///
+    /// let clock = ManualClock::new();
+    /// let bucket = AdjustableBucket::try_new(Quota::new(Rate::per_second(10)).start_empty(), &clock)?;
+    /// let first = bucket.reserve(1, Duration::from_secs(1)).unwrap();
+    /// assert_eq!(first.wait(), Duration::from_millis(100));
+    /// bucket.set_quota(Quota::new(Rate::per_second(1))).unwrap();
+    /// // The first is still due at 100 ms; the next token is one second after it (to the
+    /// // nanosecond: a change rounds the debt it carries over up, never down).
+    /// let second = bucket.reserve(1, Duration::from_secs(2)).unwrap();
+    /// assert_eq!(second.wait().as_millis(), 1_100);
+    /// bucket.cancel(second); // nothing came after it: given back
+    /// assert_eq!(bucket.reserve(1, Duration::from_secs(2)).unwrap().wait().as_millis(), 1_100);
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn reserve(&self, n: u32, max_wait: Duration) -> Result<AdjustableReservation, Denied> {
+        let max_wait_ticks = duration_to_ticks_floor::<C>(max_wait);
+        self.update_fresh(|p, word, now, now_units| {
+            let cost_units = if n == 0 { 0 } else { p.cost(n)? };
+            let (due_units, wait_ticks) = if n == 0 {
+                (word, 0)
+            } else {
+                p.reserve(word, now, now_units, cost_units, max_wait_ticks)
+                    .map_err(|retry| Denied::Insufficient {
+                        retry_after: ticks_to_duration_ceil::<C>(retry),
+                    })?
+            };
+            let reservation = AdjustableReservation {
+                layout: *p,
+                tokens: n,
+                due_units,
+                cost_units,
+                made_ticks: now,
+                due_ticks: now.wrapping_add(wait_ticks),
+                wait: ticks_to_duration_ceil::<C>(wait_ticks),
+            };
+            Ok((due_units, reservation, wait_ticks != 0))
+        })
+    }
+
+    /// Gives a reservation's tokens back by [`TokenBucket::cancel`](crate::TokenBucket::cancel)'s
+    /// rule: all of them if it is not yet due and nothing has been reserved, paused, taken or
+    /// changed after it, otherwise nothing. A quota change counts as something after it: the
+    /// word was converted to the new quota, and a give-back in the old one's units could mint.
+    ///
+    /// Pass only reservations made by this bucket.
+    pub fn cancel(&self, reservation: AdjustableReservation) {
+        if reservation.tokens == 0 {
+            return;
+        }
+        let now = self.clock.now();
+        // Signed differences on ticks, as `TokenBucket::cancel` reads them: a clock stepped
+        // back before the reservation, or one past its due instant, gives nothing back.
+        let since_made = now.wrapping_sub(reservation.made_ticks) as i64;
+        let until_due = reservation.due_ticks.wrapping_sub(now) as i64;
+        if since_made < 0 || until_due <= 0 {
+            return;
+        }
+        let _nothing_to_give_back = self.update(
+            |p, word, now_units| {
+                if *p != reservation.layout {
+                    return Err(());
+                }
+                p.give_back(word, now_units, reservation.due_units, reservation.cost_units)
+                    .map(|word| (word, ()))
+                    .ok_or(())
+            },
+            now,
+        );
+    }
+
     /// Grants nothing for `duration`, then resumes empty: as
     /// [`TokenBucket::pause_for`](crate::TokenBucket::pause_for), rounded up, clamped to
     /// [`max_pause`](Self::max_pause).
@@ -370,8 +448,6 @@ impl<C: Clock, W: AdjustableWord> AdjustableBucket<C, W> {
     /// a lost compare-exchange is never told to wait for time already past; an answer that
     /// waits for nothing lands on any reading. The transition returns `(word, out, waits)`; the
     /// clock is read once before the word and again only when the answer waits or is refused.
-    /// Only the async wait's take ahead computes a wait; a build without it has no caller.
-    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     pub(crate) fn update_fresh<T, E>(
         &self,
         mut transition: impl FnMut(&Layout, u64, u64, u64) -> Result<(u64, T, bool), E>,
@@ -413,5 +489,38 @@ impl<C: Clock, W: AdjustableWord> AdjustableBucket<C, W> {
             Err((actual_generation, actual)) if actual_generation == generation => Err(Some(actual)),
             Err(_) => Err(None),
         }
+    }
+}
+
+/// Tokens taken by [`AdjustableBucket::reserve`]: act after [`wait`](Self::wait), or give them
+/// back with [`AdjustableBucket::cancel`] while they are not yet due.
+#[derive(Debug, PartialEq, Eq)]
+#[must_use = "the tokens are taken: act after `wait()`, or give them back with `cancel`"]
+pub struct AdjustableReservation {
+    /// The layout it was taken under: a give-back under another gives nothing.
+    layout: Layout,
+    tokens: u32,
+    /// The word the reservation left.
+    due_units: u64,
+    cost_units: u64,
+    made_ticks: u64,
+    due_ticks: u64,
+    wait: Duration,
+}
+
+impl AdjustableReservation {
+    /// How long after it was made the reservation is due: act then.
+    pub fn wait(&self) -> Duration {
+        self.wait
+    }
+
+    /// The tokens reserved.
+    pub fn tokens(&self) -> u32 {
+        self.tokens
+    }
+
+    /// The clock's reading at which it is due.
+    pub fn due_ticks(&self) -> u64 {
+        self.due_ticks
     }
 }

@@ -203,7 +203,7 @@ pub use limits::{Limits, LimitsReservation};
 pub use rate::{Quota, Rate};
 pub use wait::Jitter;
 with_atomic64! {
-    pub use adjustable::{AdjustableBucket, SetQuotaError};
+    pub use adjustable::{AdjustableBucket, AdjustableReservation, SetQuotaError};
     pub use clock::ManualClock;
     pub use engine::word::{AdjustableWord, DefaultAdjustableWord};
 }

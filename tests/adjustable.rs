@@ -306,3 +306,135 @@ fn horizons_on_both_words() {
         assert!(wide.idle_horizon() >= Duration::from_secs(100 * 31_557_600));
     }
 }
+
+/// `reserve` and `cancel` on an adjustable bucket, by `TokenBucket`'s rule: tokens go back only
+/// while the reservation is not due and nothing came after it (a reservation, a take, a pause
+/// or a quota change); a request above the burst fails at once; a wait past `max_wait` takes
+/// nothing. Rows of (ms on the clock, what, the answer).
+fn reservations_follow_the_token_buckets_cancel_rule<W: AdjustableWord>() {
+    let clock = ManualClock::new();
+    let bucket = AdjustableBucket::<_, W>::try_new_with_word(
+        Quota::new(Rate::per_second(5)).burst(2),
+        &clock,
+    )
+    .unwrap();
+    // A token bucket on the same word, on its own clock, for the answers where the words differ.
+    let twin_clock = ManualClock::new();
+    let twin = TokenBucket::<_, W>::try_new_with_word(
+        Quota::new(Rate::per_second(5)).burst(2),
+        &twin_clock,
+    )
+    .unwrap();
+    let ms = Duration::from_millis;
+    // Both tokens now, then a reservation due at 400 ms.
+    assert_eq!(bucket.reserve(2, ms(0)).unwrap().wait(), ms(0));
+    let later = bucket.reserve(2, ms(401)).unwrap();
+    near(later.wait(), ms(400));
+    let _twins = (
+        twin.reserve(2, ms(0)).unwrap(),
+        twin.reserve(2, ms(401)).unwrap(),
+    );
+    // Over the burst: at once; past `max_wait` (or, on the 32-bit word, past its debt bound of
+    // one burst): refused as the token bucket refuses, nothing taken.
+    assert_eq!(
+        bucket.reserve(3, Duration::MAX),
+        Err(Denied::ExceedsCapacity { burst: 2 })
+    );
+    match (bucket.reserve(1, ms(500)), twin.reserve(1, ms(500))) {
+        (
+            Err(Denied::Insufficient { retry_after }),
+            Err(Denied::Insufficient { retry_after: twins }),
+        ) => near(retry_after, twins),
+        other => panic!("{other:?}"),
+    }
+    // Not due, nothing after it: given back whole.
+    clock.advance(ms(100));
+    bucket.cancel(later);
+    assert_eq!(bucket.available(), 0);
+    // 200 ms and a step of the 32-bit word's reading: one token accrued since the first two.
+    clock.advance(ms(100) + Duration::from_micros(2));
+    assert_eq!(bucket.available(), 1);
+
+    // Due already: the caller has acted, nothing goes back.
+    let due = bucket.reserve(1, ms(0)).unwrap();
+    let pending = bucket.reserve(1, ms(201)).unwrap();
+    near(pending.wait(), ms(200));
+    clock.advance(ms(200)); // 400 ms: `pending` is due
+    bucket.cancel(due);
+    bucket.cancel(pending);
+    near(bucket.reserve(1, ms(201)).unwrap().wait(), ms(200));
+
+    // Something after it: nothing goes back, as the token bucket gives nothing back.
+    clock.advance(ms(1_000));
+    twin_clock.advance(ms(1_000) + ms(400) + Duration::from_micros(2));
+    let (first, second) = (
+        bucket.reserve(2, ms(0)).unwrap(),
+        bucket.reserve(1, ms(201)).unwrap(),
+    );
+    let third = bucket.reserve(1, ms(401)).unwrap();
+    let (twin_first, twin_second) = (
+        twin.reserve(2, ms(0)).unwrap(),
+        twin.reserve(1, ms(201)).unwrap(),
+    );
+    let twin_third = twin.reserve(1, ms(401)).unwrap();
+    near(second.wait(), twin_second.wait());
+    near(third.wait(), twin_third.wait());
+    bucket.cancel(second);
+    twin.cancel(twin_second);
+    let after = |r: Result<Duration, Denied>| match r {
+        Ok(wait) | Err(Denied::Insufficient { retry_after: wait }) => wait,
+        Err(other) => panic!("{other:?}"),
+    };
+    near(
+        after(bucket.reserve(1, Duration::MAX).map(|r| r.wait())),
+        after(twin.reserve(1, Duration::MAX).map(|r| r.wait())),
+    );
+    drop((first, third, twin_first, twin_third));
+}
+
+/// Go's `TestReserveSetLimit` and `TestReserveSetLimitCancel`, with this crate's documented
+/// differences: debt is kept in time across `set_quota` (Go keeps it in tokens, so a faster
+/// rate shortens a wait already owed), and a cancel after a quota change gives nothing back
+/// (the word was converted; Go gives the tokens back at the new rate).
+fn gos_set_limit_vectors_with_debt_kept_in_time<W: AdjustableWord>() {
+    let ms = Duration::from_millis;
+    for cancel in [false, true] {
+        let clock = ManualClock::new();
+        let bucket = AdjustableBucket::<_, W>::try_new_with_word(
+            Quota::new(Rate::per_second(5)).burst(2),
+            &clock,
+        )
+        .unwrap();
+        assert_eq!(bucket.reserve(2, ms(0)).unwrap().wait(), ms(0));
+        let r = bucket.reserve(2, ms(401)).unwrap();
+        near(r.wait(), ms(400)); // Go: t4
+        clock.advance(ms(200));
+        bucket
+            .set_quota(Quota::new(Rate::per_second(10)).burst(2))
+            .unwrap();
+        if cancel {
+            bucket.cancel(r); // a quota change came after it: nothing back (Go: two tokens)
+                              // Go: due at t3; here the debt still ends at 400 ms, then two tokens at 10/s.
+            near(bucket.reserve(2, ms(1_000)).unwrap().wait(), ms(400));
+        } else {
+            // Go: due at t4 (the debt shortened by the faster rate); here at 500 ms.
+            near(bucket.reserve(1, ms(1_000)).unwrap().wait(), ms(300));
+        }
+    }
+}
+
+/// `a` is `b` to within two microseconds: the 32-bit word reads a nanosecond clock to about a
+/// microsecond, and a quota change rounds a word's debt up by a unit rather than down.
+fn near(a: Duration, b: Duration) {
+    let gap = a.abs_diff(b);
+    assert!(gap <= Duration::from_micros(2), "{a:?} against {b:?}");
+}
+
+on_both_words!(reservations_follow_the_token_buckets_cancel_rule);
+
+/// Go's vectors run into debt of two bursts, which only the 64-bit word holds (the 32-bit
+/// word's debt bound is one burst).
+#[test]
+fn gos_set_limit_vectors_on_the_64_bit_word() {
+    gos_set_limit_vectors_with_debt_kept_in_time::<u64>();
+}

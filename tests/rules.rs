@@ -116,6 +116,7 @@ enum Subject<'a, C: Clock> {
 
 enum Held {
     One(Reservation),
+    Adjustable(tollgate::AdjustableReservation),
     Limits(tollgate::LimitsReservation<2>),
 }
 
@@ -153,7 +154,15 @@ impl<C: Clock> Subject<'_, C> {
                     let w = r.wait();
                     (Held::Limits(r), w)
                 }),
-            Subject::Adjustable(_) | Subject::AdjustableNarrow(_) | Subject::Keyed(_) => None,
+            Subject::Adjustable(b) => b.reserve(n, max_wait).ok().map(|r| {
+                let w = r.wait();
+                (Held::Adjustable(r), w)
+            }),
+            Subject::AdjustableNarrow(b) => b.reserve(n, max_wait).ok().map(|r| {
+                let w = r.wait();
+                (Held::Adjustable(r), w)
+            }),
+            Subject::Keyed(_) => None,
         }
     }
 
@@ -161,6 +170,8 @@ impl<C: Clock> Subject<'_, C> {
         match (self, held) {
             (Subject::Wide(b), Held::One(r)) => b.cancel(r),
             (Subject::Narrow(b), Held::One(r)) => b.cancel(r),
+            (Subject::Adjustable(b), Held::Adjustable(r)) => b.cancel(r),
+            (Subject::AdjustableNarrow(b), Held::Adjustable(r)) => b.cancel(r),
             (Subject::Limits(b), Held::Limits(r)) => Limits::new([&b[0], &b[1]]).cancel(r),
             _ => unreachable!(),
         }
