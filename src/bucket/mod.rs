@@ -79,6 +79,23 @@ pub struct UnitBounds {
 /// `W` is the width of the word: [`DefaultWord`] unless chosen with
 /// [`try_new_with_word`](Self::try_new_with_word).
 ///
+/// # The rates each word accepts
+///
+/// The slowest rate is one token per the longest period accepted at a burst of one; the
+/// fastest, the most tokens a second accepted at the default burst (one second of the rate).
+/// Outside them, [`try_new`](Self::try_new) answers [`ConfigError::Unrepresentable`](crate::ConfigError::Unrepresentable) (or
+/// [`ConfigError::ClockTooCoarse`](crate::ConfigError::ClockTooCoarse)). A [`Rate`](crate::Rate)'s period holds at most 2^64
+/// nanoseconds (584 years), which bounds the slowest rate on slow clocks.
+///
+/// | clock | 64-bit word, slowest | 64-bit word, fastest | 32-bit word, slowest | 32-bit word, fastest |
+/// |---|---|---|---|---|
+/// | 32 768 Hz | 1 per 584 years | 2.9 × 10^11/s | 1 per 584 years | 8 388 608/s |
+/// | 1 MHz | 1 per 584 years | 1.3 × 10^11/s | 1 per 583 years | 8 388 608/s |
+/// | 1 GHz | 1 per 146 years | 1.28 × 10^11/s | 1 per 390 days | 8 388 608/s |
+/// | 10 GHz | 1 per 14.6 years | 8 × 10^10/s | 1 per 68 minutes | 8 388 608/s |
+///
+/// (`tests/rate_range.rs` finds each edge and pins this table.)
+///
 /// On a 64-bit host a bucket on the 64-bit word starts a cache line of its own: the word and
 /// its layout fill that line (the whole bucket, on a zero-sized clock), and a clock with state
 /// sits in the next one. So no neighbour in an array, and none of the clock's fields, shares
