@@ -17,12 +17,15 @@ use tower::ServiceExt;
 #[path = "../examples/axum_per_ip.rs"]
 mod axum_per_ip;
 
+/// An answer's status and `Retry-After`.
+type Answer = (StatusCode, Option<String>);
+
 /// The proxy in front of the server.
 const PROXY: ([u8; 4], u16) = ([10, 0, 0, 5], 41_000);
 
 /// `GET /` through `router` as the proxy forwards it: `forwarded` is the whole
 /// `X-Forwarded-For` line, the client's text followed by the hop the proxy appended.
-async fn through_proxy(router: &axum::Router, forwarded: &[u8]) -> (StatusCode, Option<String>) {
+async fn through_proxy(router: &axum::Router, forwarded: &[u8]) -> Answer {
     let mut request = Request::get("/")
         .header("x-forwarded-for", forwarded)
         .body(Body::empty())
@@ -53,7 +56,7 @@ async fn each_client_ip_gets_its_own_ten_then_429_with_retry_after() {
             "request {i}"
         );
     }
-    let rows: &[(&[u8], (StatusCode, Option<String>))] = &[
+    let rows: &[(&[u8], Answer)] = &[
         (b"203.0.113.7", limited.clone()),
         (b"198.51.100.9, 203.0.113.7", limited.clone()), // forging another IP does not help
         (b"\xff\xfe, 203.0.113.7", limited.clone()),
