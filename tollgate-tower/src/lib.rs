@@ -8,7 +8,10 @@
 //!   `429 Too Many Requests` with `Retry-After`, `RateLimit` and `RateLimit-Policy`, or `503`
 //!   when a keyed limiter has no room for a new client. No error handling to write. One shared
 //!   bucket, or one bucket per key with a key extractor ([`AnswerLayer::per_key`], and the
-//!   ready-made ones in [`extract`]).
+//!   ready-made ones in [`extract`]); a request whose key an extractor cannot read (no peer
+//!   address) is answered `500` with the reason ([`NoKey`]), never put in a shared bucket. The
+//!   policy's name, the headers (the IETF draft's, `X-RateLimit-*`, `RateLimit-Limit`, or
+//!   `Retry-After` alone), the status and the body are [settings](AnswerLayer#settings).
 //! - **Rejection** ([`RejectLayer`]), for any other service: a request over the limit is not
 //!   passed on; the service fails at once with a [`RateLimited`] error, which carries the
 //!   status, headers and body of the answer ([`RateLimited::response`]).
@@ -21,6 +24,26 @@
 //!   back.
 //!
 //! Every layer and service holds its limit behind an `Arc`: clones share it.
+//!
+//! **axum**, per client IP behind one proxy of your own (the `axum_per_ip` example; with the
+//! `axum` feature the extractors read axum's `ConnectInfo`):
+//!
+//! ```
+//! # #[cfg(feature = "axum")] {
+//! use std::sync::Arc;
+//! use axum::{routing::get, Router};
+//! use tollgate::{KeyedLimiter, Quota, Rate, StdClock, WhenFull};
+//! use tollgate_tower::{extract::ForwardedIp, AnswerLayer};
+//!
+//! let quota = Quota::new(Rate::per_second(5)).burst(10);
+//! let per_ip = Arc::new(KeyedLimiter::new(quota, StdClock, 100_000, WhenFull::Refuse));
+//! let app: Router = Router::new()
+//!     .route("/", get(|| async { "hello\n" }))
+//!     .layer(AnswerLayer::per_key(per_ip, ForwardedIp::x_forwarded_for(1)));
+//! // axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
+//! # let _ = app;
+//! # }
+//! ```
 //!
 //! Backpressure cannot be keyed: `poll_ready` runs before the request, and so before its key, is
 //! known.
