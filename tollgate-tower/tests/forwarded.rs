@@ -216,7 +216,7 @@ fn forwarded_keys_by_the_for_of_the_first_element_no_trusted_proxy_wrote() {
 /// in the same line, the key is the one without it.
 #[test]
 fn nothing_a_client_writes_to_the_left_moves_the_key() {
-    let written: &[&[u8]] = &[
+    let fixed: &[&[u8]] = &[
         b"",
         b"\xff",
         b"6.6.6.6\xff",
@@ -234,6 +234,28 @@ fn nothing_a_client_writes_to_the_left_moves_the_key() {
         b"for=1.2.3.4;for=5.6.7.8",
         b"\t \t",
     ];
+    // And random ones, of the bytes a forwarded header's syntax gives meaning to.
+    let alphabet = b" \t,;=\"[]:_.-0123456789abcdefFORunknow\x80\xc3\xa9\xff";
+    let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+    let mut random = || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let random: Vec<Vec<u8>> = (0..2_000)
+        .map(|_| {
+            let len = (random() % 40) as usize;
+            (0..len)
+                .map(|_| alphabet[(random() % alphabet.len() as u64) as usize])
+                .collect()
+        })
+        .collect();
+    let written: Vec<&[u8]> = fixed
+        .iter()
+        .copied()
+        .chain(random.iter().map(Vec::as_slice))
+        .collect();
     // (header, trusted proxies, the hops the proxies wrote, key)
     let honest: &[(&str, usize, &[u8], &str)] = &[
         ("x-forwarded-for", 1, b"203.0.113.7", "203.0.113.7"),
@@ -257,8 +279,8 @@ fn nothing_a_client_writes_to_the_left_moves_the_key() {
             "forwarded" => ForwardedIp::forwarded(*trusted),
             _ => ForwardedIp::x_forwarded_for(*trusted),
         };
-        for left in written {
-            let same_line = [*left, b", ", hops].concat();
+        for &left in &written {
+            let same_line = [left, b", ", hops].concat();
             for lines in [&[same_line.as_slice()][..], &[left, hops]] {
                 let request = from_peer(Some(PROXY), name, lines);
                 assert_eq!(
