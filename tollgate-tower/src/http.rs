@@ -236,6 +236,7 @@ impl Answering {
         let retry = written
             .retry_after
             .map(|value| (HeaderName::from_static(super::RETRY_AFTER), value));
+        // The core writes the draft's fields under the name `"default"`: a name set replaces it.
         let named = |value: String| match (&self.policy, value.strip_prefix("\"default\"")) {
             (Some(name), Some(rest)) => format!("{name}{rest}"),
             _ => value,
