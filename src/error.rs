@@ -60,9 +60,19 @@ pub enum ConfigError {
     ZeroRate,
     /// The rate's period is zero.
     ZeroPeriod,
-    /// A sizing helper overflowed, divided by zero or removed more than 100 per cent, or the
-    /// period exceeds 584 years.
+    /// A sizing helper's exact result does not fit 64-bit numbers of tokens per nanoseconds
+    /// (a rate divided again and again, say).
     RateOutOfRange,
+    /// The rate's period exceeds 584 years (`u64::MAX` nanoseconds), as in
+    /// `Rate::new(1, Duration::MAX)`.
+    PeriodOutOfRange,
+    /// `minus_percent` removed more than 100 per cent of the rate or cap.
+    PercentAbove100 {
+        /// The per cent asked for.
+        percent: u32,
+    },
+    /// `divided_by(0)`: a rate or cap divided among zero parts.
+    DividedByZero,
     /// The burst is zero: such a bucket could grant nothing.
     ZeroBurst,
     /// The bucket would start with more tokens than it holds.
@@ -99,10 +109,11 @@ pub enum ConfigError {
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.message())?;
-        if let ConfigError::StartAboveBurst { start, burst } = self {
-            write!(f, " ({start} > {burst})")?;
+        match self {
+            ConfigError::StartAboveBurst { start, burst } => write!(f, " ({start} > {burst})"),
+            ConfigError::PercentAbove100 { percent } => write!(f, " (minus_percent({percent}))"),
+            _ => Ok(()),
         }
-        Ok(())
     }
 }
 
@@ -113,7 +124,16 @@ impl ConfigError {
             ConfigError::ZeroRate => "rate is zero",
             ConfigError::ZeroPeriod => "rate period is zero",
             ConfigError::RateOutOfRange => {
-                "rate out of range: a sizing helper overflowed, divided by zero or removed more than 100 %"
+                "rate out of range: a sizing helper's exact result does not fit 64-bit tokens per nanoseconds; divide less finely or count tokens in coarser units"
+            }
+            ConfigError::PeriodOutOfRange => {
+                "rate period exceeds 584 years (u64::MAX nanoseconds); give the rate over a shorter period"
+            }
+            ConfigError::PercentAbove100 { .. } => {
+                "minus_percent removes more than 100 % of the rate, leaving less than nothing"
+            }
+            ConfigError::DividedByZero => {
+                "divided_by(0): a rate cannot be shared among zero parts"
             }
             ConfigError::ZeroBurst => "burst is zero",
             ConfigError::StartAboveBurst { .. } => "start fill is above the burst",

@@ -12,7 +12,8 @@ use std::ops::Deref;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use crate::wait::queue::{Step, Waiter};
-use crate::{Clock, Denied, TokenBucket, Word};
+use crate::wait::GiveBack;
+use crate::{Clock, Denied, Reservation, TokenBucket, Word};
 
 /// A stream whose bytes are paid for from a bucket, one token a byte, before they move.
 ///
@@ -23,17 +24,23 @@ use crate::{Clock, Denied, TokenBucket, Word};
 /// allocated at the first read), pays for what its caller can take of it, then hands that on:
 /// so the end of a stream, or a read that brings fewer bytes than asked, costs nothing. A write larger than the
 /// burst is split (it returns having written one chunk, as writes may; `write_all` and
-/// `io::copy` go on with the rest), never refused. So over any span the bytes that pass are at
-/// most what the bucket grants, `burst + rate × elapsed`, exactly; with a stream that keeps up,
-/// they fall short of it by at most one chunk.
+/// `io::copy` go on with the rest), never refused. So over every span the bytes that pass are
+/// at most what the bucket grants, `burst + rate × elapsed`, exactly, however many streams
+/// share the bucket; with a stream that keeps up, they fall short of it by at most one chunk.
+///
+/// **No paid bytes are held.** A poll gives back, before it returns, what it paid for and did
+/// not move: the inner writer was not ready, or took part of them. Held, they would pass later
+/// on top of what the bucket refilled meanwhile (a peer that stops reading for ten seconds
+/// would then get a chunk beyond a full burst, and each stream on a shared bucket one more).
+/// The next write pays again. A turn in line used late (the stream was not polled when it came)
+/// is given back the same way, less what the burst cap would have cut meanwhile, and paid for
+/// again at once if the bucket holds it.
 ///
 /// **Cancel-safe.** Nothing is taken while waiting: a read or write future dropped mid-wait
 /// has taken nothing, and the stream keeps its place in the bucket's line for its next read or
 /// write (dropping the stream leaves the line; a stream that is neither polled nor dropped
-/// holds up those behind it on a shared bucket, as an unpolled waiter does). Bytes paid for
-/// that the inner writer did not take (it was not ready, or took part of them) stay paid for,
-/// and the next write uses them first; only dropping the stream gives them up, at most one
-/// chunk. No lock is held across a wait.
+/// holds up those behind it on a shared bucket, as an unpolled waiter does). No lock is held
+/// across a wait.
 ///
 /// One bucket may pace many streams (behind an `Arc`, or a `&'static` bucket): they share its
 /// rate, served in the order they asked. A stream that reads and writes pays for both from the
@@ -83,16 +90,13 @@ struct Stash {
 }
 
 /// A wait in the bucket's line, owning its handle on the bucket.
-type Wait = Pin<Box<dyn Future<Output = Result<Duration, Denied>> + Send>>;
+type Wait = Pin<Box<dyn Future<Output = Result<Reservation, Denied>> + Send>>;
 
-/// What one direction has paid for, and its wait in line if it is waiting.
+/// One direction's wait in line, if it is waiting. It holds no tokens between polls: what a
+/// poll pays for and does not move, it gives back before it returns.
 #[derive(Default)]
 struct Side {
-    /// Bytes paid for and not moved yet.
-    paid: u32,
-    /// The wait for `asking` more, when one is under way.
     wait: Option<Wait>,
-    asking: u32,
 }
 
 impl<S, B, C, W> Throttled<S, B>
@@ -122,9 +126,9 @@ where
 
     /// Pays for at most `bytes` at a time, from one byte to the whole burst: smaller chunks
     /// pace more smoothly, at the cost of more turns in the line. A chunk of the whole burst
-    /// has no room for lateness: its wait takes the bytes up to two milliseconds before they fall
-    /// due (so tokio's late timer costs it nothing), but a task that runs later than that loses
-    /// to the cap what accrues meanwhile.
+    /// has no room for lateness: its wait takes the bytes up to two milliseconds before they
+    /// fall due, and a task that runs after their instant (tokio's timer wakes on the next
+    /// millisecond) gives back what accrued beyond the burst meanwhile, losing that time.
     pub fn with_chunk(mut self, bytes: u32) -> Self {
         self.chunk = bytes.clamp(1, largest_chunk(&self.bucket));
         self
@@ -165,61 +169,76 @@ where
 }
 
 impl Side {
-    /// Bytes paid for, at least one: those held already, or `want` once the line serves them.
+    /// Tokens paid for, at least one byte's: `want` at once if nobody waits and the bucket
+    /// holds them, else once the line serves them. A reservation served late (its caller was
+    /// not polled when it fell due: a cancelled or stalled poll) is given back and paid for
+    /// again now, so that tokens held while the bucket refilled never pass on top of a full
+    /// burst.
     fn poll_paid<C, W, B>(
         &mut self,
         bucket: &B,
         want: u32,
         cx: &mut Context<'_>,
-    ) -> Poll<io::Result<u32>>
+    ) -> Poll<io::Result<Reservation>>
     where
         B: Deref<Target = TokenBucket<C, W>> + Clone + Send + 'static,
         C: Clock + Sync,
         W: Word,
     {
-        if self.paid > 0 {
-            return Poll::Ready(Ok(self.paid));
-        }
-        if self.wait.is_none() && take_now(bucket, want, cx) {
-            self.paid = want;
-            return Poll::Ready(Ok(want));
-        }
-        let wait = self.wait.get_or_insert_with(|| {
-            let bucket = bucket.clone();
-            self.asking = want;
-            Box::pin(async move { bucket.acquire(want).await })
-        });
-        let served = ready!(wait.as_mut().poll(cx));
-        self.wait = None;
-        match served {
-            Ok(_waited) => {
-                self.paid = self.asking;
-                Poll::Ready(Ok(self.paid))
+        loop {
+            if self.wait.is_none() {
+                if let Some(paid) = take_now(bucket, want, cx) {
+                    return Poll::Ready(Ok(paid));
+                }
             }
-            Err(denied) => Poll::Ready(Err(io::Error::other(denied))),
+            let wait = self.wait.get_or_insert_with(|| {
+                let bucket = bucket.clone();
+                Box::pin(async move { bucket.acquire_reservation(want, Duration::MAX).await })
+            });
+            let served = ready!(wait.as_mut().poll(cx));
+            self.wait = None;
+            let paid = served.map_err(io::Error::other)?;
+            // Signed difference on ticks, as the bucket compares them.
+            let late = bucket.clock().now().wrapping_sub(paid.due_ticks()) as i64 > 0;
+            if !late {
+                return Poll::Ready(Ok(paid));
+            }
+            // Given back, less what the burst cap would have cut while it was held, and taken
+            // again at once if the bucket holds it (this stream was just served in turn); else
+            // the stream joins the line again.
+            bucket.give_back(paid);
+            if let Ok(paid) = bucket.reserve(want, Duration::ZERO) {
+                return Poll::Ready(Ok(paid));
+            }
         }
     }
+}
 
-    /// `moved` of the bytes paid for have passed.
-    fn spend(&mut self, moved: usize) {
-        self.paid = self
-            .paid
-            .saturating_sub(u32::try_from(moved).unwrap_or(u32::MAX));
+/// Gives back to `bucket` what of `paid` did not move (`moved` of its tokens did): tokens
+/// held past this poll would let the bucket refill beside them.
+fn settle<C: Clock, W: Word>(bucket: &TokenBucket<C, W>, mut paid: Reservation, moved: usize) {
+    let unused = paid
+        .tokens()
+        .saturating_sub(u32::try_from(moved).unwrap_or(u32::MAX));
+    if unused > 0 {
+        bucket.give_back(paid.split_off(unused));
     }
 }
 
 /// Takes `want` at once if nobody waits in the bucket's line and it holds them, without joining
 /// the line (and so without allocating a wait).
-fn take_now<C: Clock, W: Word>(bucket: &TokenBucket<C, W>, want: u32, cx: &Context<'_>) -> bool {
-    let Ok(mut waiter) = Waiter::new([bucket], [want], Some(Duration::ZERO)) else {
-        return false;
-    };
+fn take_now<C: Clock, W: Word>(
+    bucket: &TokenBucket<C, W>,
+    want: u32,
+    cx: &Context<'_>,
+) -> Option<Reservation> {
+    let mut waiter = Waiter::new([bucket], [want], Some(Duration::ZERO)).ok()?;
     // A zero timeout never sleeps in line: it is served now or gives up (and leaves the line
     // when dropped, if it had joined one whose head was due).
-    matches!(
-        waiter.step(cx.waker(), |_ahead| bucket.try_acquire(want)),
-        Step::Done(Ok(_))
-    )
+    match waiter.step(cx.waker(), |_ahead| bucket.reserve(want, Duration::ZERO)) {
+        Step::Done(Ok((paid, _waited))) => Some(paid),
+        _ => None,
+    }
 }
 
 /// The burst, or `u32::MAX` where the burst is larger: the most one wait may ask for.
@@ -251,10 +270,14 @@ where
         let paid = ready!(this
             .write
             .poll_paid(&this.bucket, ask(buf.len(), this.chunk), cx))?;
-        let allowed = buf.len().min(paid as usize);
-        let written = ready!(Pin::new(&mut this.inner).poll_write(cx, &buf[..allowed]))?;
-        this.write.spend(written);
-        Poll::Ready(Ok(written))
+        let allowed = buf.len().min(paid.tokens() as usize);
+        let written = Pin::new(&mut this.inner).poll_write(cx, &buf[..allowed]);
+        let moved = match &written {
+            Poll::Ready(Ok(written)) => *written,
+            Poll::Ready(Err(_)) | Poll::Pending => 0,
+        };
+        settle(&this.bucket, paid, moved);
+        written
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -300,10 +323,10 @@ where
             ask(held.min(buf.remaining()), this.chunk),
             cx
         ))?;
-        let handed = held.min(buf.remaining()).min(paid as usize);
+        let handed = held.min(buf.remaining()).min(paid.tokens() as usize);
         buf.put_slice(&stash.bytes[stash.start..stash.start + handed]);
         stash.start += handed;
-        this.read.spend(handed);
+        settle(&this.bucket, paid, handed);
         Poll::Ready(Ok(()))
     }
 }
@@ -313,8 +336,8 @@ impl<S: core::fmt::Debug, B> core::fmt::Debug for Throttled<S, B> {
         f.debug_struct("Throttled")
             .field("inner", &self.inner)
             .field("chunk", &self.chunk)
-            .field("paid_to_read", &self.read.paid)
-            .field("paid_to_write", &self.write.paid)
+            .field("waiting_to_read", &self.read.wait.is_some())
+            .field("waiting_to_write", &self.write.wait.is_some())
             .finish_non_exhaustive()
     }
 }

@@ -36,8 +36,36 @@ pub struct Rate {
     /// Tokens per `per_ns`, in lowest terms with `per_ns`.
     tokens: u64,
     per_ns: u64,
-    /// A sizing helper overflowed or asked for a negative rate.
-    out_of_range: bool,
+    /// Why the rate is out of range, the first cause a constructor or helper met.
+    range: Range,
+}
+
+/// Whether a [`Rate`] is in range, and if not, the first cause: each is its own
+/// [`ConfigError`] when a bucket is built.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Range {
+    In,
+    /// A period over `u64::MAX` nanoseconds.
+    PeriodTooLong,
+    /// `minus_percent(percent)` with `percent` over 100.
+    PercentAbove100(u32),
+    /// `divided_by(0)`.
+    DividedByZero,
+    /// An exact result that does not fit 64-bit tokens per nanoseconds.
+    Overflow,
+}
+
+impl Range {
+    /// The error a bucket built on a rate with this range reports, if any.
+    pub(crate) const fn error(self) -> Option<ConfigError> {
+        match self {
+            Range::In => None,
+            Range::PeriodTooLong => Some(ConfigError::PeriodOutOfRange),
+            Range::PercentAbove100(percent) => Some(ConfigError::PercentAbove100 { percent }),
+            Range::DividedByZero => Some(ConfigError::DividedByZero),
+            Range::Overflow => Some(ConfigError::RateOutOfRange),
+        }
+    }
 }
 
 impl Rate {
@@ -46,7 +74,7 @@ impl Rate {
     pub const fn new(tokens: u64, period: Duration) -> Self {
         let per_ns = period.as_nanos();
         if per_ns > u64::MAX as u128 {
-            return Self::OUT_OF_RANGE;
+            return Self::out_of_range(Range::PeriodTooLong);
         }
         Self::reduced(tokens as u128, per_ns)
     }
@@ -76,8 +104,11 @@ impl Rate {
     /// More than 100 per cent is out of range; exactly 100 leaves a zero rate. Both are reported
     /// when a bucket is built.
     pub const fn minus_percent(self, percent: u32) -> Self {
-        if self.out_of_range || percent > 100 {
-            return Self::OUT_OF_RANGE;
+        if self.is_out_of_range() {
+            return self;
+        }
+        if percent > 100 {
+            return Self::out_of_range(Range::PercentAbove100(percent));
         }
         Self::reduced(
             self.tokens as u128 * (100 - percent) as u128,
@@ -89,8 +120,11 @@ impl Rate {
     ///
     /// Dividing by zero is out of range, reported when a bucket is built.
     pub const fn divided_by(self, parts: u64) -> Self {
-        if self.out_of_range || parts == 0 {
-            return Self::OUT_OF_RANGE;
+        if self.is_out_of_range() {
+            return self;
+        }
+        if parts == 0 {
+            return Self::out_of_range(Range::DividedByZero);
         }
         Self::reduced(self.tokens as u128, self.per_ns as u128 * parts as u128)
     }
@@ -111,7 +145,12 @@ impl Rate {
     }
 
     pub(crate) const fn is_out_of_range(&self) -> bool {
-        self.out_of_range
+        !matches!(self.range, Range::In)
+    }
+
+    /// Why the rate is out of range: `None` when it is in range.
+    pub(crate) const fn range_error(&self) -> Option<ConfigError> {
+        self.range.error()
     }
 
     /// Whole tokens accrued in one second, at least 1: the default burst.
@@ -129,11 +168,17 @@ impl Rate {
         }
     }
 
-    pub(crate) const OUT_OF_RANGE: Self = Self {
-        tokens: 0,
-        per_ns: 0,
-        out_of_range: true,
-    };
+    /// A rate out of range because a result did not fit.
+    pub(crate) const OUT_OF_RANGE: Self = Self::out_of_range(Range::Overflow);
+
+    /// A rate out of range for `cause`.
+    pub(crate) const fn out_of_range(cause: Range) -> Self {
+        Self {
+            tokens: 0,
+            per_ns: 0,
+            range: cause,
+        }
+    }
 
     const fn reduced(tokens: u128, per_ns: u128) -> Self {
         let g = gcd(tokens, per_ns);
@@ -147,7 +192,7 @@ impl Rate {
         Self {
             tokens: tokens as u64,
             per_ns: per_ns as u64,
-            out_of_range: false,
+            range: Range::In,
         }
     }
 }
@@ -171,8 +216,8 @@ impl fmt::Debug for Rate {
 impl fmt::Display for Rate {
     /// `171 per minute`, `1350 per minute` for 22.5 per second, `3 per 700 ms`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.out_of_range {
-            return f.write_str("rate out of range");
+        if let Some(error) = self.range_error() {
+            return fmt::Display::fmt(&error, f);
         }
         // The smallest common unit that is a whole number of periods: 57 per 20 s reads as
         // 171 per minute.
@@ -358,8 +403,8 @@ impl Quota {
             return Err(error);
         }
         let rate = self.rate;
-        if rate.is_out_of_range() {
-            return Err(ConfigError::RateOutOfRange);
+        if let Some(error) = rate.range_error() {
+            return Err(error);
         }
         if rate.period_ns() == 0 {
             return Err(ConfigError::ZeroPeriod);
@@ -418,14 +463,34 @@ mod tests {
     }
 
     #[test]
-    fn out_of_range_is_carried_not_panicked() {
-        assert!(Rate::per_second(1).minus_percent(101).is_out_of_range());
-        assert!(Rate::per_second(1).divided_by(0).is_out_of_range());
-        assert!(Rate::new(1, Duration::MAX).is_out_of_range());
-        assert!(Rate::per_second(1)
-            .divided_by(u64::MAX)
-            .divided_by(u64::MAX)
-            .is_out_of_range());
+    fn out_of_range_is_carried_not_panicked_with_its_first_cause() {
+        let rows = [
+            (
+                Rate::per_second(1).minus_percent(101),
+                Range::PercentAbove100(101),
+            ),
+            (Rate::per_second(1).divided_by(0), Range::DividedByZero),
+            (Rate::new(1, Duration::MAX), Range::PeriodTooLong),
+            (
+                Rate::per_second(1)
+                    .divided_by(u64::MAX)
+                    .divided_by(u64::MAX),
+                Range::Overflow,
+            ),
+            // The first cause stays.
+            (
+                Rate::per_second(1).divided_by(0).minus_percent(200),
+                Range::DividedByZero,
+            ),
+            (
+                Rate::new(1, Duration::MAX).divided_by(0),
+                Range::PeriodTooLong,
+            ),
+        ];
+        for (rate, range) in rows {
+            assert!(rate.is_out_of_range());
+            assert_eq!(rate.range, range);
+        }
         assert_eq!(Rate::per_second(7).minus_percent(100).tokens(), 0);
     }
 

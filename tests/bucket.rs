@@ -519,7 +519,7 @@ fn configuration_errors_are_clear() {
         ),
         (
             Quota::new(Rate::per_second(3).minus_percent(120)),
-            ConfigError::RateOutOfRange,
+            ConfigError::PercentAbove100 { percent: 120 },
         ),
         (
             Quota::new(Rate::per_second(1_000_000_000_000)),

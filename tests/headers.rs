@@ -24,8 +24,14 @@ fn retry_after_in_seconds_or_as_a_date() {
         ("Sun, 06 Nov 1994 08:00:00 GMT", Ok(Duration::ZERO)), // past: retry now
         ("", Err(HeaderError::Empty)),
         ("  ", Err(HeaderError::Empty)),
-        ("-1", Err(HeaderError::BadDate)),
-        ("1.5", Err(HeaderError::BadDate)),
+        ("-1", Err(HeaderError::NegativeDelay)),
+        ("-0.5", Err(HeaderError::NegativeDelay)),
+        ("1.5", Err(HeaderError::FractionalDelay)),
+        (".5", Err(HeaderError::FractionalDelay)),
+        ("2.", Err(HeaderError::FractionalDelay)),
+        ("+3", Err(HeaderError::NotANumber)),
+        ("-", Err(HeaderError::BadDate)),
+        ("1e3", Err(HeaderError::BadDate)),
         ("soon", Err(HeaderError::BadDate)),
         // The obsolete forms are refused, not misread.
         ("Sunday, 06-Nov-94 08:49:37 GMT", Err(HeaderError::BadDate)),
@@ -159,15 +165,34 @@ fn the_older_separate_fields() {
     let rows: &[LimitRow] = &[
         ("100;w=60", Ok((100, 60))),
         ("100, 100;w=60, 1000;w=3600", Ok((100, 60))),
-        ("100", Err(HeaderError::MissingWindow)),
+        ("100", Err(HeaderError::LegacyWithoutWindow)),
+        ("100, 200", Err(HeaderError::LegacyWithoutWindow)),
         ("0;w=60", Err(HeaderError::Zero)),
         ("abc;w=60", Err(HeaderError::NotANumber)),
         ("100;w=", Err(HeaderError::Empty)),
-        ("", Err(HeaderError::MissingWindow)),
+        ("", Err(HeaderError::Empty)),
     ];
     for (value, expected) in rows {
         let got = headers::legacy_policy(value).map(|p| (p.limit(), p.window_secs()));
         assert_eq!(got, *expected, "{value:?}");
+    }
+    // With the window the caller knows: the field's own window first.
+    type KnownRow<'a> = (&'a str, u64, Result<(u64, u64), HeaderError>);
+    let rows: &[KnownRow] = &[
+        ("100", 60, Ok((100, 60))),
+        (" 100 ", 1, Ok((100, 1))),
+        ("100, 200", 60, Ok((100, 60))),
+        ("100, 100;w=3600", 60, Ok((100, 3600))),
+        ("100", 0, Err(HeaderError::Zero)),
+        ("0", 60, Err(HeaderError::Zero)),
+        ("abc", 60, Err(HeaderError::NotANumber)),
+        ("", 60, Err(HeaderError::Empty)),
+        ("100;w=", 60, Err(HeaderError::Empty)),
+    ];
+    for (value, window, expected) in rows {
+        let got = headers::legacy_policy_with_window(value, *window)
+            .map(|p| (p.limit(), p.window_secs()));
+        assert_eq!(got, *expected, "{value:?} {window}");
     }
     type StateRow<'a> = (&'a str, &'a str, Result<Option<Duration>, HeaderError>);
     let rows: &[StateRow] = &[
@@ -214,6 +239,7 @@ fn no_input_panics() {
                     let _ = headers::policies(text).count();
                     let _ = headers::remaining(text).count();
                     let _ = headers::legacy_policy(text);
+                    let _ = headers::legacy_policy_with_window(text, 60);
                     let _ = headers::legacy_remaining(text, text);
                 }
             }

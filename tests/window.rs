@@ -387,11 +387,11 @@ fn bad_window_quotas_are_refused_clearly() {
         ),
         (
             Quota::within(10, minute).minus_percent(101),
-            ConfigError::RateOutOfRange,
+            ConfigError::PercentAbove100 { percent: 101 },
         ),
         (
             Quota::within(10, minute).divided_by(0),
-            ConfigError::RateOutOfRange,
+            ConfigError::DividedByZero,
         ),
         // 100 per minute among 100 jobs: a cap of 1 each, no room for a burst of 1 and a rate.
         (

@@ -163,6 +163,21 @@ impl Reservation {
     pub fn tokens(&self) -> u32 {
         self.tokens
     }
+
+    /// Splits off `tokens` of this reservation's (at most all of them) as a reservation of
+    /// their own, due at the same instant, for the holder to give back the part it did not use
+    /// (a stream whose inner writer took part of what it paid for). A held part
+    /// (`held_units`, of `Limits`) stays with `self`.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) fn split_off(&mut self, tokens: u32) -> Reservation {
+        let tokens = tokens.min(self.tokens);
+        self.tokens -= tokens;
+        Reservation {
+            tokens,
+            held_units: 0,
+            ..*self
+        }
+    }
 }
 
 impl<C: Clock> TokenBucket<C> {

@@ -877,7 +877,7 @@ mod tests {
             ),
             (
                 Quota::new(Rate::per_second(1).divided_by(0)),
-                ConfigError::RateOutOfRange,
+                ConfigError::DividedByZero,
             ),
             // a trillion tokens a second: a century of them does not fit in 64 bits
             (

@@ -31,6 +31,13 @@ pub enum HeaderError {
     MissingRemaining,
     /// A policy whose quota or window is zero: it could grant nothing.
     Zero,
+    /// A `Retry-After` delay below zero, such as `-1`: delta-seconds count from zero up.
+    NegativeDelay,
+    /// A `Retry-After` delay with a fraction, such as `1.5`: delta-seconds are whole seconds.
+    FractionalDelay,
+    /// A `RateLimit-Limit` that gives a limit and no window (`100`, no `w` parameter): read it
+    /// with [`legacy_policy_with_window`] and the window the caller knows.
+    LegacyWithoutWindow,
 }
 
 impl fmt::Display for HeaderError {
@@ -47,6 +54,16 @@ impl fmt::Display for HeaderError {
             HeaderError::MissingWindow => "rate-limit policy without its `w` parameter",
             HeaderError::MissingRemaining => "rate-limit state without its `r` parameter",
             HeaderError::Zero => "rate-limit policy with a zero quota or window",
+            HeaderError::NegativeDelay => {
+                "negative delay: `Retry-After` is whole seconds from 0 up, or an HTTP date"
+            }
+            HeaderError::FractionalDelay => {
+                "fractional delay: `Retry-After` is whole seconds (`2`, not `1.5`), or an HTTP date"
+            }
+            HeaderError::LegacyWithoutWindow => {
+                "`RateLimit-Limit` gives a limit without a window (`w`); read it with \
+                 `legacy_policy_with_window` and the window you know"
+            }
         })
     }
 }
@@ -64,8 +81,29 @@ pub fn retry_after(value: &str, now_unix_secs: u64) -> Result<Duration, HeaderEr
     if value.bytes().all(|b| b.is_ascii_digit()) {
         return decimal(value, 20).map(Duration::from_secs);
     }
+    if let Some(error) = not_delta_seconds(value) {
+        return Err(error);
+    }
     let at = http_date(value)?;
     Ok(Duration::from_secs(at.saturating_sub(now_unix_secs)))
+}
+
+/// Why a number that is not delta-seconds is not (`-1`, `1.5`, `+3`); `None` when the value is
+/// no number at all, and so read as a date.
+fn not_delta_seconds(value: &str) -> Option<HeaderError> {
+    let unsigned = value.trim_start_matches(['-', '+']);
+    let numeric = unsigned.bytes().any(|b| b.is_ascii_digit())
+        && unsigned.bytes().all(|b| b.is_ascii_digit() || b == b'.');
+    if !numeric {
+        return None;
+    }
+    Some(if value.starts_with('-') {
+        HeaderError::NegativeDelay
+    } else if unsigned.contains('.') {
+        HeaderError::FractionalDelay
+    } else {
+        HeaderError::NotANumber
+    })
 }
 
 /// An IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`) in Unix seconds. The weekday must match
@@ -249,9 +287,10 @@ pub fn remaining(value: &str) -> impl Iterator<Item = Result<Remaining<'_>, Head
 }
 
 /// A policy from the older `RateLimit-Limit` field, such as `100, 100;w=60`: the first member
-/// with a window.
+/// with a window. A bare limit (`100`) gives no window: [`HeaderError::LegacyWithoutWindow`],
+/// for [`legacy_policy_with_window`].
 pub fn legacy_policy(limit: &str) -> Result<Policy<'_>, HeaderError> {
-    let mut first_error = HeaderError::MissingWindow;
+    let mut first_error = HeaderError::Empty;
     for member in Members::new(limit) {
         match member {
             Ok(Member {
@@ -271,11 +310,55 @@ pub fn legacy_policy(limit: &str) -> Result<Policy<'_>, HeaderError> {
                 ..
             }) => first_error = HeaderError::Zero,
             Ok(Member { number: None, .. }) => return Err(HeaderError::NotANumber),
+            Ok(_) if first_error == HeaderError::Empty => {
+                first_error = HeaderError::LegacyWithoutWindow;
+            }
             Ok(_) => {}
             Err(error) => return Err(error),
         }
     }
     Err(first_error)
+}
+
+/// A policy from the older `RateLimit-Limit` field with the window the caller knows (from the
+/// upstream's documentation, say), in seconds: a member's own `w` where the field gives one, as
+/// [`legacy_policy`] reads it, else the first member's limit over `window_secs`.
+///
+/// ```
+/// use tollgate::headers::{self, HeaderError};
+///
+/// assert_eq!(headers::legacy_policy("100"), Err(HeaderError::LegacyWithoutWindow));
+/// let policy = headers::legacy_policy_with_window("100", 60)?;
+/// assert_eq!((policy.limit(), policy.window_secs()), (100, 60));
+/// let policy = headers::legacy_policy_with_window("100;w=3600", 60)?; // the field's own window
+/// assert_eq!(policy.window_secs(), 3600);
+/// # Ok::<(), HeaderError>(())
+/// ```
+pub fn legacy_policy_with_window(limit: &str, window_secs: u64) -> Result<Policy<'_>, HeaderError> {
+    match legacy_policy(limit) {
+        Err(HeaderError::LegacyWithoutWindow) => {}
+        read => return read,
+    }
+    if window_secs == 0 {
+        return Err(HeaderError::Zero);
+    }
+    for member in Members::new(limit) {
+        if let Ok(Member {
+            number: Some(limit),
+            ..
+        }) = member
+        {
+            if limit == 0 {
+                return Err(HeaderError::Zero);
+            }
+            return Ok(Policy {
+                name: "",
+                limit,
+                window_secs,
+            });
+        }
+    }
+    Err(HeaderError::LegacyWithoutWindow)
 }
 
 /// The state from the older `RateLimit-Remaining` and `RateLimit-Reset` fields (seconds).

@@ -188,7 +188,7 @@ impl Quota {
         let cap = self.cap_rate();
         match self.window {
             WindowState::Split | WindowState::BurstNotBelowCap
-                if !cap.out_of_range && cap.per_ns != 0 =>
+                if !cap.is_out_of_range() && cap.per_ns != 0 =>
             {
                 let whole = cap.tokens as u128 * self.window_ns as u128 / cap.per_ns as u128;
                 Some(whole as u64)
@@ -229,7 +229,7 @@ impl Quota {
     pub(super) const fn cap_rate(&self) -> Rate {
         match self.window {
             WindowState::BurstNotBelowCap => self.rate,
-            WindowState::Split if !self.rate.out_of_range => {
+            WindowState::Split if !self.rate.is_out_of_range() => {
                 let r = self.rate;
                 let w = self.window_ns as u128;
                 let from_rate = r.tokens as u128 * w;
@@ -241,6 +241,8 @@ impl Quota {
                     None => rounded_down(from_rate / 2 + from_burst / 2, per.div_ceil(2)),
                 }
             }
+            // A window quota whose rate is out of range keeps that rate's cause.
+            WindowState::Split => self.rate,
             _ => Rate::OUT_OF_RANGE,
         }
     }
@@ -252,9 +254,9 @@ impl Quota {
             // Not a window quota, or one whose window is refused: nothing to split.
             _ => return self,
         }
-        if cap.out_of_range {
+        if cap.is_out_of_range() {
             return Self {
-                rate: Rate::OUT_OF_RANGE,
+                rate: cap,
                 window: WindowState::Split,
                 ..self
             };

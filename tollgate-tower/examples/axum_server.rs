@@ -34,8 +34,9 @@ use tollgate::{IpPrefix, KeyedLimiter, Quota, Rate, StdClock, Tier, WhenFull};
 use tollgate_tower::extract::{HeaderKey, PeerIp};
 use tollgate_tower::{AnswerLayer, PerKey};
 
-/// One bucket per client network; requests without an address share a bucket.
-pub type PerAddress = KeyedLimiter<Option<IpAddr>, StdClock>;
+/// One bucket per client network; a request without an address is refused with a `500` that
+/// says why.
+pub type PerAddress = KeyedLimiter<IpAddr, StdClock>;
 
 /// One bucket per API key; requests without a key share a bucket (on the free tier).
 pub type PerApiKey = KeyedLimiter<Option<HeaderValue>, StdClock>;
@@ -60,6 +61,8 @@ pub fn tier_of(key: &Option<HeaderValue>) -> Tier {
 /// The application: `/` limited per client network, `/api` per API key on two tiers, and
 /// `/metrics`.
 pub fn app(per_address: Arc<PerAddress>, per_api_key: Arc<PerApiKey>) -> Router {
+    // Axum's `ConnectInfo`, read by name so that the tests and the flood example that include
+    // this file build without the `axum` feature (with it, `PeerIp::default()` reads it too).
     let client_network =
         PeerIp::from_extension(IpPrefix::default(), |info: &ConnectInfo<SocketAddr>| info.0);
     let api_key = HeaderKey::new(HeaderName::from_static("x-api-key"));

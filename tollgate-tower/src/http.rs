@@ -5,15 +5,19 @@ use core::fmt;
 use core::future::Future;
 use core::pin::Pin;
 use core::task::{Context, Poll};
+use std::boxed::Box;
+use std::format;
 use std::string::String;
 use std::sync::Arc;
 
-use http::{Request, Response};
+use http::header::{HeaderName, HeaderValue, CONTENT_TYPE};
+use http::{Request, Response, StatusCode};
 use pin_project_lite::pin_project;
 use tower_layer::Layer;
 use tower_service::Service;
 
 use super::reject::{Limit, PerKey};
+use super::RateLimited;
 use tollgate::{KeyedLimiter, Word};
 
 /// Wraps HTTP services in [`Answer`]: a request over the limit gets its answer from the layer,
@@ -23,30 +27,110 @@ use tollgate::{KeyedLimiter, Word};
 /// error type stays its own, so an axum `Router` takes the layer as it is.
 ///
 /// ```
-/// use std::net::SocketAddr;
 /// use std::sync::Arc;
-/// use axum::extract::ConnectInfo;
 /// use axum::{routing::get, Router};
 /// use tollgate_tower::{extract::PeerIp, AnswerLayer};
-/// use tollgate::{IpPrefix, KeyedLimiter, Quota, Rate, StdClock, WhenFull};
+/// use tollgate::{KeyedLimiter, Quota, Rate, StdClock, WhenFull};
 ///
 /// let quota = Quota::new(Rate::per_second(5)).burst(10);
 /// let limiter = Arc::new(KeyedLimiter::new(quota, StdClock, 100_000, WhenFull::Refuse));
-/// let peer = PeerIp::from_extension(IpPrefix::default(), |info: &ConnectInfo<SocketAddr>| info.0);
+/// // The connection's `SocketAddr` or, with the `axum` feature, axum's `ConnectInfo`.
+/// let peer = PeerIp::default();
 /// let app: Router = Router::new()
 ///     .route("/", get(|| async { "hello" }))
 ///     .layer(AnswerLayer::per_key(limiter, peer));
 /// # let _ = app;
 /// ```
+///
+/// # Settings
+///
+/// The answer's policy name ([`policy_name`](Self::policy_name)), headers
+/// ([`headers`](Self::headers)), status for a client over its limit
+/// ([`status`](Self::status)) and body ([`body`](Self::body)) can be chosen:
+///
+/// ```
+/// use std::sync::Arc;
+/// use http::StatusCode;
+/// use tollgate_tower::{AnswerLayer, HeaderStyle};
+/// use tollgate::{Quota, Rate, StdClock, TokenBucket};
+///
+/// let bucket = Arc::new(TokenBucket::try_new(Quota::new(Rate::per_second(5)), StdClock)?);
+/// let layer = AnswerLayer::new(bucket)
+///     .policy_name("api")                      // RateLimit: "api";r=0;t=1
+///     .headers(HeaderStyle::Draft)             // or XRateLimit, Legacy, RetryAfter
+///     .status(StatusCode::SERVICE_UNAVAILABLE) // instead of 429
+///     .body(|refused| format!("{{\"error\":\"{refused}\"}}"));
+/// # let _ = layer;
+/// # Ok::<(), tollgate::ConfigError>(())
+/// ```
 pub struct AnswerLayer<L> {
     limit: Arc<L>,
+    answering: Arc<Answering>,
 }
 
 impl<L> AnswerLayer<L> {
     /// One limit for every request: a shared [`TokenBucket`](tollgate::TokenBucket), a
     /// [`DryRun`](super::DryRun), or any [`Limit`].
     pub fn new(limit: Arc<L>) -> Self {
-        Self { limit }
+        Self {
+            limit,
+            answering: Arc::default(),
+        }
+    }
+
+    /// Names the policy in the `RateLimit` and `RateLimit-Policy` headers (`"default"` unless
+    /// told): a quoted string, in which characters outside printable ASCII are left out and
+    /// `"` and `\` are escaped, so the header stays valid whatever the name.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use tollgate_tower::AnswerLayer;
+    /// # use tollgate::{ManualClock, Quota, Rate, TokenBucket};
+    /// use tower::{service_fn, Layer, Service, ServiceExt};
+    ///
+    /// let bucket = Arc::new(TokenBucket::try_new(Quota::new(Rate::per_second(1)), ManualClock::new())?);
+    /// let mut service = AnswerLayer::new(bucket).policy_name("per-ip").layer(service_fn(|_: http::Request<()>| async {
+    ///     Ok::<_, std::convert::Infallible>(http::Response::new(String::new()))
+    /// }));
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+    /// service.ready().await.unwrap().call(http::Request::new(())).await.unwrap(); // the one token
+    /// let refused = service.ready().await.unwrap().call(http::Request::new(())).await.unwrap();
+    /// assert_eq!(refused.headers()["ratelimit-policy"], "\"per-ip\";q=1;w=1");
+    /// assert_eq!(refused.headers()["ratelimit"], "\"per-ip\";r=0;t=1");
+    /// # });
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn policy_name(mut self, name: &str) -> Self {
+        self.settings().policy = Some(quoted(name));
+        self
+    }
+
+    /// Which rate-limit headers the answer carries: the IETF draft's (the default), the older
+    /// `X-RateLimit-*` or `RateLimit-Limit` style, or `Retry-After` only. See [`HeaderStyle`].
+    pub fn headers(mut self, style: HeaderStyle) -> Self {
+        self.settings().style = style;
+        self
+    }
+
+    /// The status of the answer to a client over its limit (`429 Too Many Requests` unless
+    /// told). The other refusals keep theirs, for they mean something else: `503` for a new
+    /// client a keyed limiter at capacity has no room for, `500` for the server's own error
+    /// (no key, an unknown tier).
+    pub fn status(mut self, status: StatusCode) -> Self {
+        self.settings().status = Some(status);
+        self
+    }
+
+    /// The answer's body, made from the refusal (a plain-text `rate limited: retry after 1.2 s`
+    /// unless told). The `Content-Type` stays `text/plain; charset=utf-8` unless the body
+    /// starts with `{` or `[`, when it is `application/json`.
+    pub fn body(mut self, body: impl Fn(&RateLimited) -> String + Send + Sync + 'static) -> Self {
+        self.settings().body = Some(Arc::new(body));
+        self
+    }
+
+    fn settings(&mut self) -> &mut Answering {
+        Arc::make_mut(&mut self.answering)
     }
 
     /// The limit the layer checks.
@@ -69,8 +153,134 @@ impl<L> Clone for AnswerLayer<L> {
     fn clone(&self) -> Self {
         Self {
             limit: Arc::clone(&self.limit),
+            answering: Arc::clone(&self.answering),
         }
     }
+}
+
+/// Which rate-limit headers an [`AnswerLayer`] writes on a refusal. Each style carries
+/// `Retry-After` when a wait would help; a request refused for want of a key (a `500`) gets
+/// none of them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum HeaderStyle {
+    /// `RateLimit: "default";r=0;t=3` and `RateLimit-Policy: "default";q=5;w=3`, the IETF
+    /// draft's (draft-ietf-httpapi-ratelimit-headers), which
+    /// [`headers::policies`](tollgate::headers::policies) reads back.
+    #[default]
+    Draft,
+    /// `X-RateLimit-Limit: 5`, `X-RateLimit-Remaining: 0`, `X-RateLimit-Reset: 3` (the burst,
+    /// the tokens left, the seconds until full), the style many public APIs use.
+    XRateLimit,
+    /// `RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset`, with the values of
+    /// [`XRateLimit`](Self::XRateLimit): the draft's first versions, which
+    /// [`headers::legacy_policy`](tollgate::headers::legacy_policy) reads back.
+    Legacy,
+    /// `Retry-After` alone.
+    RetryAfter,
+}
+
+/// How an [`AnswerLayer`] answers a refusal: its settings.
+#[derive(Clone, Default)]
+pub(crate) struct Answering {
+    /// The policy's name, quoted; `"default"` when `None`.
+    policy: Option<String>,
+    style: HeaderStyle,
+    /// The status for a client over its limit; `429` when `None`.
+    status: Option<StatusCode>,
+    body: Option<Body>,
+}
+
+/// Makes an answer's body from a refusal.
+type Body = Arc<dyn Fn(&RateLimited) -> String + Send + Sync>;
+
+impl Answering {
+    /// The answer to `refused`.
+    pub(crate) fn response<B: From<String>>(&self, refused: &RateLimited) -> Response<B> {
+        let body = match &self.body {
+            Some(body) => body(refused),
+            None => format!("{refused}\n"),
+        };
+        let json = body.starts_with('{') || body.starts_with('[');
+        let status = match (refused.status(), self.status) {
+            (429, Some(status)) => status,
+            (status, _) => {
+                StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+            }
+        };
+        let mut response = Response::new(B::from(body));
+        *response.status_mut() = status;
+        let headers = response.headers_mut();
+        headers.insert(
+            CONTENT_TYPE,
+            HeaderValue::from_static(if json {
+                "application/json"
+            } else {
+                "text/plain; charset=utf-8"
+            }),
+        );
+        if refused.no_key().is_none() {
+            for (name, value) in self.pairs(refused) {
+                // The values are digits, ASCII punctuation and a name kept to printable ASCII.
+                if let Ok(value) = HeaderValue::from_str(&value) {
+                    headers.insert(name, value);
+                }
+            }
+        }
+        response
+    }
+
+    /// The headers of the chosen style for `refused`.
+    fn pairs(&self, refused: &RateLimited) -> impl Iterator<Item = (HeaderName, String)> {
+        let written = refused.headers();
+        let retry = written
+            .retry_after
+            .map(|value| (HeaderName::from_static(super::RETRY_AFTER), value));
+        // The core writes the draft's fields under the name `"default"`: a name set replaces it.
+        let named = |value: String| match (&self.policy, value.strip_prefix("\"default\"")) {
+            (Some(name), Some(rest)) => format!("{name}{rest}"),
+            _ => value,
+        };
+        let limit = refused.quota().burst_size();
+        let reset = refused.reset_secs();
+        let counts = |prefix: &str| {
+            [
+                (format!("{prefix}limit"), format!("{limit}")),
+                (format!("{prefix}remaining"), String::from("0")),
+                (format!("{prefix}reset"), format!("{reset}")),
+            ]
+            .map(|(name, value)| (HeaderName::try_from(name).ok(), value))
+        };
+        let rest: Box<dyn Iterator<Item = (Option<HeaderName>, String)>> = match self.style {
+            HeaderStyle::Draft => Box::new(
+                [
+                    (super::RATE_LIMIT, named(written.rate_limit)),
+                    (super::RATE_LIMIT_POLICY, named(written.rate_limit_policy)),
+                ]
+                .into_iter()
+                .map(|(name, value)| (Some(HeaderName::from_static(name)), value)),
+            ),
+            HeaderStyle::XRateLimit => Box::new(counts("x-ratelimit-").into_iter()),
+            HeaderStyle::Legacy => Box::new(counts("ratelimit-").into_iter()),
+            HeaderStyle::RetryAfter => Box::new(core::iter::empty()),
+        };
+        retry
+            .into_iter()
+            .chain(rest.filter_map(|(name, value)| Some((name?, value))))
+    }
+}
+
+/// `name` as a structured-field string: printable ASCII, `"` and `\` escaped, in quotes.
+fn quoted(name: &str) -> String {
+    let mut quoted = String::from("\"");
+    for c in name.chars().filter(|c| (' '..='~').contains(c)) {
+        if c == '"' || c == '\\' {
+            quoted.push('\\');
+        }
+        quoted.push(c);
+    }
+    quoted.push('"');
+    quoted
 }
 
 impl<S, L> Layer<S> for AnswerLayer<L> {
@@ -80,6 +290,7 @@ impl<S, L> Layer<S> for AnswerLayer<L> {
         Answer {
             inner,
             limit: Arc::clone(&self.limit),
+            answering: Arc::clone(&self.answering),
         }
     }
 }
@@ -89,6 +300,7 @@ impl<S, L> Layer<S> for AnswerLayer<L> {
 pub struct Answer<S, L> {
     inner: S,
     limit: Arc<L>,
+    answering: Arc<Answering>,
 }
 
 impl<S: Clone, L> Clone for Answer<S, L> {
@@ -96,6 +308,7 @@ impl<S: Clone, L> Clone for Answer<S, L> {
         Self {
             inner: self.inner.clone(),
             limit: Arc::clone(&self.limit),
+            answering: Arc::clone(&self.answering),
         }
     }
 }
@@ -120,7 +333,7 @@ where
                 future: self.inner.call(request),
             },
             Err(limited) => Kind::Refused {
-                response: Some(limited.response()),
+                response: Some(self.answering.response(&limited)),
             },
         };
         AnswerFuture { kind }
@@ -170,7 +383,9 @@ impl<F, B> fmt::Debug for AnswerFuture<F, B> {
 
 impl<L> fmt::Debug for AnswerLayer<L> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("AnswerLayer").finish_non_exhaustive()
+        f.debug_struct("AnswerLayer")
+            .field("answering", &self.answering)
+            .finish_non_exhaustive()
     }
 }
 
@@ -179,5 +394,16 @@ impl<S: fmt::Debug, L> fmt::Debug for Answer<S, L> {
         f.debug_struct("Answer")
             .field("inner", &self.inner)
             .finish_non_exhaustive()
+    }
+}
+
+impl fmt::Debug for Answering {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Answering")
+            .field("policy", &self.policy)
+            .field("style", &self.style)
+            .field("status", &self.status)
+            .field("body", &self.body.as_ref().map(|_| "a function"))
+            .finish()
     }
 }

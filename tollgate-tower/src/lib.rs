@@ -8,7 +8,10 @@
 //!   `429 Too Many Requests` with `Retry-After`, `RateLimit` and `RateLimit-Policy`, or `503`
 //!   when a keyed limiter has no room for a new client. No error handling to write. One shared
 //!   bucket, or one bucket per key with a key extractor ([`AnswerLayer::per_key`], and the
-//!   ready-made ones in [`extract`]).
+//!   ready-made ones in [`extract`]); a request whose key an extractor cannot read (no peer
+//!   address) is answered `500` with the reason ([`NoKey`]), never put in a shared bucket. The
+//!   policy's name, the headers (the IETF draft's, `X-RateLimit-*`, `RateLimit-Limit`, or
+//!   `Retry-After` alone), the status and the body are [settings](AnswerLayer#settings).
 //! - **Rejection** ([`RejectLayer`]), for any other service: a request over the limit is not
 //!   passed on; the service fails at once with a [`RateLimited`] error, which carries the
 //!   status, headers and body of the answer ([`RateLimited::response`]).
@@ -21,6 +24,26 @@
 //!   back.
 //!
 //! Every layer and service holds its limit behind an `Arc`: clones share it.
+//!
+//! **axum**, per client IP behind one proxy of your own (the `axum_per_ip` example; with the
+//! `axum` feature the extractors read axum's `ConnectInfo`):
+//!
+//! ```
+//! # #[cfg(feature = "axum")] {
+//! use std::sync::Arc;
+//! use axum::{routing::get, Router};
+//! use tollgate::{KeyedLimiter, Quota, Rate, StdClock, WhenFull};
+//! use tollgate_tower::{extract::ForwardedIp, AnswerLayer};
+//!
+//! let quota = Quota::new(Rate::per_second(5)).burst(10);
+//! let per_ip = Arc::new(KeyedLimiter::new(quota, StdClock, 100_000, WhenFull::Refuse));
+//! let app: Router = Router::new()
+//!     .route("/", get(|| async { "hello\n" }))
+//!     .layer(AnswerLayer::per_key(per_ip, ForwardedIp::x_forwarded_for(1)));
+//! // axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
+//! # let _ = app;
+//! # }
+//! ```
 //!
 //! Backpressure cannot be keyed: `poll_ready` runs before the request, and so before its key, is
 //! known.
@@ -45,9 +68,10 @@ pub mod extract;
 mod http;
 mod reject;
 
-pub use self::http::{Answer, AnswerLayer};
+pub use self::http::{Answer, AnswerLayer, HeaderStyle};
 pub use backpressure::{Backpressure, BackpressureLayer, NotReady};
 pub use dry_run::DryRun;
+pub use extract::NoKey;
 pub use reject::{KeyOf, Limit, PerKey, Reject, RejectLayer};
 // Where they were before the headers module wrote them.
 pub use tollgate::headers::{RateLimitHeaders, RATE_LIMIT, RATE_LIMIT_POLICY, RETRY_AFTER};
@@ -62,7 +86,7 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// [`response`](Self::response) makes the same answer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RateLimited {
-    denial: KeyedDenied,
+    why: Why,
     /// The quota of the bucket that refused (for a new key without room, the first tier's).
     quota: Quota,
     /// How long until that bucket is full again.
@@ -71,11 +95,18 @@ pub struct RateLimited {
     room: Option<Duration>,
 }
 
+/// Why a request was refused: a limiter's denial, or no key to ask a limiter with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Why {
+    Denied(KeyedDenied),
+    NoKey(NoKey),
+}
+
 impl RateLimited {
     /// The refusal by a bucket on `quota`, full again in `until_full`.
     pub(crate) fn refused(denial: KeyedDenied, quota: Quota, until_full: Duration) -> Self {
         Self {
-            denial,
+            why: Why::Denied(denial),
             quota,
             until_full,
             room: None,
@@ -100,30 +131,69 @@ impl RateLimited {
         }
     }
 
-    /// Why the request was refused.
-    pub fn denial(&self) -> KeyedDenied {
-        self.denial
+    /// The refusal of a request whose key could not be read, by a limiter on `quota`.
+    pub(crate) fn without_key(no_key: NoKey, quota: Quota) -> Self {
+        Self {
+            why: Why::NoKey(no_key),
+            quota,
+            until_full: Duration::ZERO,
+            room: None,
+        }
+    }
+
+    /// Why the limiter refused the request; `None` when the request had no key to ask it with
+    /// (see [`no_key`](Self::no_key)).
+    pub fn denial(&self) -> Option<KeyedDenied> {
+        match self.why {
+            Why::Denied(denial) => Some(denial),
+            Why::NoKey(_) => None,
+        }
+    }
+
+    /// Why the key extractor found no key in the request, when that is why it was refused: the
+    /// server's configuration, answered with a `500`.
+    pub fn no_key(&self) -> Option<NoKey> {
+        match self.why {
+            Why::NoKey(no_key) => Some(no_key),
+            Why::Denied(_) => None,
+        }
+    }
+
+    /// The quota of the bucket that refused (for a new key without room, the first tier's).
+    pub fn quota(&self) -> Quota {
+        self.quota
     }
 
     /// How long until the same request would be let through, when that is known: for a key
     /// over its limit, until its bucket grants it; for a new key refused because the limiter is
     /// at its capacity (a 503), until a slot or the shared overflow bucket will admit one.
     pub fn retry_after(&self) -> Option<Duration> {
-        match self.denial {
-            KeyedDenied::Full { .. } => self.room,
-            denial => denial.retry_after(),
+        match self.why {
+            Why::Denied(KeyedDenied::Full { .. }) => self.room,
+            Why::Denied(denial) => denial.retry_after(),
+            Why::NoKey(_) => None,
+        }
+    }
+
+    /// Whole seconds until the refusing bucket is full again (for a new key without room, until
+    /// it would find room, at least one), rounded up: the `t` of the `RateLimit` header.
+    pub fn reset_secs(&self) -> u64 {
+        match (self.why, self.room) {
+            (Why::Denied(KeyedDenied::Full { .. }), Some(room)) => ceil_secs(room).max(1),
+            _ => ceil_secs(self.until_full),
         }
     }
 
     /// The HTTP status to answer with: `429 Too Many Requests` when the client is over its
     /// limit, `503 Service Unavailable` when a keyed limiter refused a new client because it
     /// holds its capacity of clients (the server's limit, not the client's), and `500` when the
-    /// limiter's tier function picked a tier it does not have (the server's bug).
+    /// limiter's tier function picked a tier it does not have or the key extractor found no key
+    /// (the server's bug or configuration).
     pub fn status(&self) -> u16 {
-        match self.denial {
-            KeyedDenied::Full { .. } => 503,
-            KeyedDenied::UnknownTier(_) => 500,
-            _ => 429,
+        match self.why {
+            Why::Denied(KeyedDenied::Full { .. }) => 503,
+            Why::Denied(KeyedDenied::UnknownTier(_)) | Why::NoKey(_) => 500,
+            Why::Denied(_) => 429,
         }
     }
 
@@ -151,47 +221,41 @@ impl RateLimited {
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
     pub fn headers(&self) -> RateLimitHeaders {
-        match (self.denial, self.room) {
-            (KeyedDenied::Full { .. }, Some(room)) => RateLimitHeaders::no_room(&self.quota, room),
-            (denial, _) => {
-                RateLimitHeaders::refusal(&self.quota, self.until_full, denial.retry_after())
+        match (self.why, self.room) {
+            (Why::Denied(KeyedDenied::Full { .. }), Some(room)) => {
+                RateLimitHeaders::no_room(&self.quota, room)
             }
+            (_, _) => RateLimitHeaders::refusal(&self.quota, self.until_full, self.retry_after()),
         }
     }
 
     /// The whole answer: [`status`](Self::status), [`headers`](Self::headers), and this
-    /// refusal's message as a plain-text body (`rate limited: retry after 1.2 s`).
+    /// refusal's message as a plain-text body (`rate limited: retry after 1.2 s`). A request
+    /// refused for want of a key gets the `500` and its message, without rate-limit headers.
+    /// [`AnswerLayer`]'s settings choose another name, headers, status or body.
     pub fn response<B: From<std::string::String>>(&self) -> ::http::Response<B> {
-        let mut response = ::http::Response::new(B::from(std::format!("{self}\n")));
-        *response.status_mut() = ::http::StatusCode::from_u16(self.status())
-            .unwrap_or(::http::StatusCode::TOO_MANY_REQUESTS);
-        let headers = response.headers_mut();
-        headers.insert(
-            ::http::header::CONTENT_TYPE,
-            ::http::HeaderValue::from_static("text/plain; charset=utf-8"),
-        );
-        for (name, value) in self.headers().pairs() {
-            // The values are digits and ASCII punctuation: always valid.
-            if let Ok(value) = ::http::HeaderValue::from_str(value) {
-                headers.insert(name, value);
-            }
-        }
-        response
+        http::Answering::default().response(self)
     }
+}
+
+/// Whole seconds, rounded up.
+fn ceil_secs(duration: Duration) -> u64 {
+    duration.as_secs() + u64::from(duration.subsec_nanos() > 0)
 }
 
 impl fmt::Display for RateLimited {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match (self.denial, self.retry_after()) {
-            (KeyedDenied::Full { .. }, Some(room)) => write!(
+        match (self.why, self.retry_after()) {
+            (Why::NoKey(no_key), _) => fmt::Display::fmt(&no_key, f),
+            (Why::Denied(KeyedDenied::Full { .. }), Some(room)) => write!(
                 f,
                 "too many clients: retry after {}",
                 HumanDuration(room.max(Duration::from_secs(1)))
             ),
-            (KeyedDenied::Denied(_), Some(wait)) => {
+            (Why::Denied(KeyedDenied::Denied(_)), Some(wait)) => {
                 write!(f, "rate limited: retry after {}", HumanDuration(wait))
             }
-            (denial, _) => fmt::Display::fmt(&denial, f),
+            (Why::Denied(denial), _) => fmt::Display::fmt(&denial, f),
         }
     }
 }

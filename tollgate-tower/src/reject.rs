@@ -8,6 +8,7 @@ use std::sync::Arc;
 use tower_layer::Layer;
 use tower_service::Service;
 
+use super::extract::NoKey;
 use super::{BoxError, RateLimited, ResponseFuture};
 use tollgate::observe::{Counted, Observe};
 use tollgate::{Clock, KeyHasher, KeyedDenied, KeyedLimiter, TokenBucket, Word};
@@ -27,19 +28,23 @@ impl<Req, C: Clock, W: Word> Limit<Req> for TokenBucket<C, W> {
 
 /// Reads a request's key: any `Fn(&Req) -> K`, or one of the extractors in
 /// [`extract`](super::extract).
+///
+/// An extractor that cannot find the client in a request says so with a [`NoKey`] error; the
+/// layers refuse that request with a `500` carrying the message, rather than keep one bucket
+/// for every request without a key.
 pub trait KeyOf<Req> {
     /// The key: a client address, an API key.
     type Key;
 
-    /// `request`'s key.
-    fn key_of(&self, request: &Req) -> Self::Key;
+    /// `request`'s key, or why it has none.
+    fn key_of(&self, request: &Req) -> Result<Self::Key, NoKey>;
 }
 
 impl<Req, K, F: Fn(&Req) -> K> KeyOf<Req> for F {
     type Key = K;
 
-    fn key_of(&self, request: &Req) -> K {
-        self(request)
+    fn key_of(&self, request: &Req) -> Result<K, NoKey> {
+        Ok(self(request))
     }
 }
 
@@ -67,8 +72,11 @@ where
     S: BuildHasher,
 {
     fn check(&self, request: &Req) -> Result<(), RateLimited> {
-        let key = self.key.key_of(request);
         let limiter = &self.limiter;
+        let key = self
+            .key
+            .key_of(request)
+            .map_err(|no_key| RateLimited::without_key(no_key, *limiter.quota()))?;
         limiter.try_acquire(&key, 1).map_err(|denial| match denial {
             KeyedDenied::Full { .. } => {
                 RateLimited::full(denial, *limiter.quota(), limiter.until_room())

@@ -1,18 +1,17 @@
 //! The layer's own HTTP answers under tokio's paused time: 429 and 503 with their headers and
 //! a body for people, tiers per API key each getting exactly their own, a dry run that lets
-//! everything through and counts what the enforcing layer refuses, and the key extractors
-//! against forged headers.
+//! everything through and counts what the enforcing layer refuses. The key extractors are in
+//! `forwarded.rs`.
 
 use core::time::Duration;
 use std::convert::Infallible;
-use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use http::{HeaderName, HeaderValue, Request, Response, StatusCode};
-use tollgate::{IpPrefix, KeyedLimiter, Quota, Rate, Tier, TokenBucket, TokioClock, WhenFull};
-use tollgate_tower::extract::{ForwardedIp, HeaderKey, PeerIp};
-use tollgate_tower::{AnswerLayer, DryRun, KeyOf, PerKey};
+use tollgate::{KeyedLimiter, Quota, Rate, Tier, TokenBucket, TokioClock, WhenFull};
+use tollgate_tower::extract::HeaderKey;
+use tollgate_tower::{AnswerLayer, DryRun, PerKey};
 use tower::{service_fn, Layer, Service, ServiceExt};
 
 /// An inner service that counts its calls and answers 200; its error type is its own.
@@ -221,114 +220,4 @@ async fn a_dry_run_lets_everything_through_and_counts_what_the_enforcing_layer_r
     assert_eq!(shadow.checked(), sent);
     assert_eq!(shadow_calls.load(Ordering::Relaxed), sent);
     assert_eq!(enforced_calls.load(Ordering::Relaxed), sent - refused);
-}
-
-fn ip(text: &str) -> Option<IpAddr> {
-    Some(text.parse().unwrap())
-}
-
-/// A request from `peer` with the header lines given.
-fn from_peer(peer: Option<[u8; 4]>, name: &str, lines: &[&str]) -> Request<()> {
-    let mut request = Request::new(());
-    for line in lines {
-        request.headers_mut().append(
-            HeaderName::from_bytes(name.as_bytes()).unwrap(),
-            HeaderValue::from_str(line).unwrap(),
-        );
-    }
-    if let Some(peer) = peer {
-        request
-            .extensions_mut()
-            .insert(SocketAddr::from((peer, 40_000)));
-    }
-    request
-}
-
-#[test]
-fn the_forwarded_client_is_the_first_hop_no_trusted_proxy_wrote() {
-    const PROXY: Option<[u8; 4]> = Some([10, 0, 0, 5]);
-    let xff = "x-forwarded-for";
-    // (trusted proxies, peer, header lines, key)
-    type Row<'a> = (usize, Option<[u8; 4]>, &'a [&'a str], Option<IpAddr>);
-    let rows: &[Row] = &[
-        (1, PROXY, &[], ip("10.0.0.5")), // no header: the peer (a request that bypassed the proxy)
-        (1, PROXY, &["203.0.113.7"], ip("203.0.113.7")),
-        (1, PROXY, &["6.6.6.6, 203.0.113.7"], ip("203.0.113.7")), // a forged hop is never read
-        (1, PROXY, &["6.6.6.6", "203.0.113.7"], ip("203.0.113.7")), // lines in order
-        (
-            2,
-            PROXY,
-            &["1.1.1.1, 6.6.6.6, 203.0.113.7, 198.51.100.2"],
-            ip("203.0.113.7"),
-        ),
-        (3, PROXY, &["203.0.113.7"], ip("203.0.113.7")), // fewer hops: the leftmost
-        (0, PROXY, &["203.0.113.7"], ip("10.0.0.5")),    // no proxy trusted: the peer alone
-        (1, PROXY, &["203.0.113.7, garbage"], None),     // the hop a proxy wrote is not an address
-        (1, PROXY, &["garbage, 203.0.113.7:8080"], ip("203.0.113.7")),
-        (1, PROXY, &["[2001:db8:1:2::99]:443"], ip("2001:db8:1:2::")), // keyed by its /64
-        (1, PROXY, &["2001:db8:1:2::99"], ip("2001:db8:1:2::")),
-        (1, None, &["203.0.113.7"], None), // no peer address at all
-    ];
-    for (i, (trusted, peer, lines, key)) in rows.iter().enumerate() {
-        let request = from_peer(*peer, xff, lines);
-        assert_eq!(
-            ForwardedIp::x_forwarded_for(*trusted).key_of(&request),
-            *key,
-            "row {i}"
-        );
-    }
-    let forwarded = "forwarded";
-    let rows: &[(usize, &[&str], Option<IpAddr>)] = &[
-        (
-            1,
-            &[r#"for=192.0.2.60;proto=http;by=203.0.113.43, for="[2001:db8:cafe::17]:4711""#],
-            ip("2001:db8:cafe::"),
-        ),
-        (
-            2,
-            &[r#"for=192.0.2.60;proto=http;by=203.0.113.43, for="[2001:db8:cafe::17]:4711""#],
-            ip("192.0.2.60"),
-        ),
-        (
-            1,
-            &["for=6.6.6.6", "For=\"198.51.100.9:80\""],
-            ip("198.51.100.9"),
-        ),
-        (1, &["for=unknown"], None),
-        (1, &["for=_hidden"], None),
-        (1, &["proto=https"], None),
-    ];
-    for (i, (trusted, lines, key)) in rows.iter().enumerate() {
-        let request = from_peer(PROXY, forwarded, lines);
-        assert_eq!(
-            ForwardedIp::forwarded(*trusted).key_of(&request),
-            *key,
-            "row {i}"
-        );
-    }
-}
-
-#[test]
-fn the_peer_and_header_extractors_read_what_is_there() {
-    let request = from_peer(Some([192, 0, 2, 77]), "x-api-key", &["k-1"]);
-    assert_eq!(PeerIp::default().key_of(&request), ip("192.0.2.77"));
-    assert_eq!(
-        PeerIp::new(IpPrefix::new(24, 48)).key_of(&request),
-        ip("192.0.2.0")
-    );
-    assert_eq!(PeerIp::default().key_of(&from_peer(None, "x", &[])), None);
-    let api_key = HeaderKey::new(HeaderName::from_static("x-api-key"));
-    assert_eq!(api_key.key_of(&request).unwrap(), "k-1");
-    assert_eq!(api_key.key_of(&from_peer(None, "x", &[])), None);
-    // Another extension type, read through a function: as axum's `ConnectInfo`.
-    #[derive(Clone)]
-    struct Info(SocketAddr);
-    let mut request = Request::new(());
-    request
-        .extensions_mut()
-        .insert(Info(SocketAddr::from(([198, 51, 100, 1], 1))));
-    let peer = PeerIp::from_extension(IpPrefix::default(), |info: &Info| info.0);
-    assert_eq!(peer.key_of(&request), ip("198.51.100.1"));
-    let behind_one = ForwardedIp::x_forwarded_for(1).with_peer(peer);
-    assert_eq!(behind_one.key_of(&request), ip("198.51.100.1"));
 }

@@ -132,7 +132,7 @@ async fn a_full_keyed_limiter_refuses_with_503_and_says_when_there_will_be_room(
     service.clone().oneshot(1).await.unwrap();
     tokio::time::advance(Duration::from_millis(1_500)).await;
     let refused = refusal(service.clone().oneshot(2).await.unwrap_err());
-    assert_eq!(refused.denial(), KeyedDenied::Full { capacity: 1 });
+    assert_eq!(refused.denial(), Some(KeyedDenied::Full { capacity: 1 }));
     assert_eq!(refused.status(), 503);
     assert_eq!(refused.retry_after(), Some(Duration::from_millis(2_500)));
     let headers = refused.headers();
@@ -209,9 +209,9 @@ async fn backpressure_with_a_bound_refuses_waits_beyond_it() {
     );
     assert_eq!(
         refused.denial(),
-        KeyedDenied::Denied(Denied::Insufficient {
+        Some(KeyedDenied::Denied(Denied::Insufficient {
             retry_after: Duration::from_millis(500)
-        })
+        }))
     );
     // Calling without readiness passes nothing on.
     let error = service.call(1).await.unwrap_err();
