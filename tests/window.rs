@@ -543,3 +543,95 @@ fn bursts_and_margins_split_the_cap_again() {
     );
     assert_eq!((plain.window(), plain.window_cap()), (None, None));
 }
+
+/// A greedy caller on a clock that steps back now and then, behind the furthest it has read (by
+/// up to a window on the 64-bit word, and within one refill of the burst on the 32-bit word:
+/// the steps back it promises to credit nothing for), then catches up. Grants are counted at the
+/// furthest reading so far, the only time a bucket can know: no window of it holds more than
+/// the cap. A step back that credited time twice would put more than a window's worth into one.
+/// (Measured on the furthest reading, a clock that runs slow and then jumps forward credits the
+/// jump: the clock said that time passed.)
+fn greedy_on_a_stepping_clock<C: Steppable, const WIDE: bool>(
+    quota: Quota,
+    window: Duration,
+    windows: u64,
+) -> (Vec<u64>, u64) {
+    let clock = C::default();
+    let window_ticks = ticks_ceil::<C>(window);
+    let refill_ticks = ticks_ceil::<C>(Duration::from_nanos(
+        (quota.burst_size() as u128 * quota.rate().period().as_nanos()
+            / quota.rate().tokens() as u128) as u64,
+    ));
+    let narrow;
+    let wide;
+    let acquire: &dyn Fn(u32) -> Result<(), Denied> = if WIDE {
+        wide = TokenBucket::try_new(quota, &clock).expect("a window quota builds");
+        &|n| wide.try_acquire(n)
+    } else {
+        narrow =
+            TokenBucket::<_, u32>::try_new_with_word(quota, &clock).expect("a window quota builds");
+        &|n| narrow.try_acquire(n)
+    };
+    let most_back = if WIDE { window_ticks } else { refill_ticks };
+    let mut rng = XorShift(0x2545_f491_4f6c_dd1d ^ window_ticks);
+    let (mut real, mut behind, mut high, mut steps) = (0u64, 0u64, 0u64, 0u64);
+    let mut grants = Vec::new();
+    while real < window_ticks * windows {
+        let on_clock = real - behind;
+        clock.set_ticks(on_clock);
+        high = high.max(on_clock);
+        while acquire(1).is_ok() {
+            grants.push(high);
+        }
+        real += 1 + rng.below(window_ticks / 8 + 1);
+        match rng.below(6) {
+            // The next reading steps back behind the furthest one, within what the word
+            // promises for.
+            0 | 1 => {
+                let back = 1 + rng.below(most_back);
+                let target = high
+                    .saturating_sub(back)
+                    .max(high.saturating_sub(most_back));
+                behind = real - target.min(real);
+                steps += 1;
+            }
+            // The clock catches up (as a corrected clock does).
+            2 => behind = 0,
+            // Otherwise it runs on as it was.
+            _ => {}
+        }
+    }
+    (grants, steps)
+}
+
+#[test]
+fn a_clock_stepping_back_never_lets_a_window_exceed_its_cap() {
+    fn on<C: Steppable>() {
+        for (name, quota, cap, window) in cases() {
+            let window_ticks = ticks_ceil::<C>(window);
+            for (word, (mut grants, steps)) in [
+                (
+                    "64-bit",
+                    greedy_on_a_stepping_clock::<C, true>(quota, window, 30),
+                ),
+                (
+                    "32-bit",
+                    greedy_on_a_stepping_clock::<C, false>(quota, window, 30),
+                ),
+            ] {
+                let most = most_in_any_window(&mut grants, window_ticks);
+                assert!(
+                    most as u64 <= cap,
+                    "{name} on the {word} word at {} Hz: {most} in one window, cap {cap}",
+                    C::TICKS_PER_SECOND
+                );
+                // It was granted, and the clock did step back.
+                assert!(most > 0, "{name} on the {word} word: nothing granted");
+                assert!(steps > 10, "{name}: {steps} steps back");
+            }
+        }
+    }
+    on::<Counter<32_768>>();
+    on::<Counter<1_000_000>>();
+    on::<ManualClock>();
+}
