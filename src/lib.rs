@@ -48,6 +48,8 @@
 //! | `std` | yes | [`StdClock`]; `TokenBucket::acquire_blocking`: blocking waits for threads; [`KeyedLimiter`]: per-key limits for servers, sharded and capped |
 //! | `tokio` | no | `TokioClock`, `TokenBucket::acquire(n).await`: cancel-safe async waits; `io::Throttled`: byte-rate `AsyncRead` / `AsyncWrite`; `wait::RemoteLine`, the line of a remote bucket's waiters |
 //! | `embedded-hal` | no | `TokenBucket::acquire_with_delay`: blocking waits through `DelayNs` |
+//! | `embassy-time` | no | `EmbassyClock`; `wait::EmbassyWait`: `acquire(n).await` on embassy-time's timer, any executor, no heap (Rust 1.85) |
+//! | `embedded-hal-async` | no | `TokenBucket::acquire_with_async_delay`: async waits through `embedded-hal-async`'s `DelayNs`, no heap |
 //! | `keyed-table` | no | `KeyedTable`: per-key limits in fixed memory, safe in interrupt handlers |
 //! | `quanta` | no | `TscClock`: the CPU's time-stamp counter, for hot paths (implies `std`) |
 //! | `coarse-clock` | no | `CoarseClock`: one atomic refreshed every millisecond (implies `std`) |
@@ -173,7 +175,8 @@
 //!
 //! ## Minimum supported Rust version
 //!
-//! Rust 1.81, with every feature (checked in CI with that toolchain). A change of the minimum
+//! Rust 1.81, with every feature but `embassy-time` (checked in CI with that toolchain), which
+//! needs Rust 1.85: embassy's crates are edition 2024. A change of the minimum
 //! version is a minor version's change while the crate is 0.x.
 //!
 //! ## Guarantees
@@ -289,6 +292,8 @@ pub use bucket::{Pause, Reservation, TickRate, TokenBucket, UnitBounds};
 pub use clock::Clock;
 #[cfg(feature = "coarse-clock")]
 pub use clock::CoarseClock;
+#[cfg(feature = "embassy-time")]
+pub use clock::EmbassyClock;
 #[cfg(feature = "std")]
 pub use clock::StdClock;
 #[cfg(feature = "tokio")]

@@ -124,6 +124,8 @@ pub(crate) fn duration_to_ticks_floor<C: Clock + ?Sized>(duration: Duration) -> 
 
 #[cfg(feature = "coarse-clock")]
 mod coarse;
+#[cfg(feature = "embassy-time")]
+mod embassy;
 crate::with_atomic64! {
     mod manual;
 }
@@ -136,6 +138,8 @@ mod tsc;
 
 #[cfg(feature = "coarse-clock")]
 pub use self::coarse::CoarseClock;
+#[cfg(feature = "embassy-time")]
+pub use self::embassy::EmbassyClock;
 crate::with_atomic64! {
     pub use self::manual::ManualClock;
 }
