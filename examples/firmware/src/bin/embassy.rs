@@ -1,0 +1,340 @@
+//! tollgate on embassy-executor: `static` buckets on `EmbassyClock`, tasks waiting through
+//! `EmbassyWait`, and the SysTick interrupt handler taking from the same bucket and keyed table.
+//! The time driver is the firmware's (`tollgate_firmware::embassy_driver`, on SysTick).
+//!
+//! Checks, each printing a line that ends in `ok` or `FAILED`, then `PASS` or `FAIL`:
+//!
+//! 1. the design's twelve requests 0.2 s apart at 2/s, burst 5, paced by embassy-time's `Timer`;
+//! 2. waits given up: one in line timing out, one dropped by `with_timeout`; the waiter after
+//!    them is served when it would have been had they never come, and the line is empty after;
+//! 3. three tasks waiting on one bucket while the SysTick handler takes from it too, and all of
+//!    them taking from a keyed table: the grants against `burst + rate × elapsed`.
+//!
+//! Run with `cargo run --release --features embassy --bin tollgate-embassy --target
+//! thumbv7m-none-eabi` (or thumbv7em-none-eabihf) from this directory.
+
+#![no_std]
+#![no_main]
+
+use core::sync::atomic::{AtomicBool, AtomicU32, Ordering::Relaxed};
+
+use cortex_m_rt::exception;
+use cortex_m_semihosting::{debug, hprintln};
+use embassy_executor::Spawner;
+use embassy_time::{with_timeout, Duration, Instant, Timer};
+use tollgate::wait::{waiters_in_line, EmbassyWait, LINE_CAPACITY};
+use tollgate::{Denied, EmbassyClock, KeyedTable, Quota, Rate, TokenBucket, WhenFull};
+use tollgate_firmware::board::NAME;
+use tollgate_firmware::{embassy_driver, systick};
+
+/// The design's example: 2 tokens a second, at most 5 at once.
+static TABLE: TokenBucket<EmbassyClock> =
+    TokenBucket::new(Quota::new(Rate::per_second(2)).burst(5), EmbassyClock);
+
+/// Paced waits: 10 a second, one at a time, from empty.
+static PACED: TokenBucket<EmbassyClock> = TokenBucket::new(
+    Quota::new(Rate::per_second(10)).burst(1).start_empty(),
+    EmbassyClock,
+);
+
+const SHARED_RATE: u64 = 200;
+const SHARED_BURST: u64 = 10;
+/// Waited on by the tasks, taken by the SysTick handler.
+static SHARED: TokenBucket<EmbassyClock> = TokenBucket::new(
+    Quota::new(Rate::per_second(SHARED_RATE)).burst(SHARED_BURST),
+    EmbassyClock,
+);
+
+const KEY_RATE: u64 = 50;
+const KEY_BURST: u64 = 2;
+/// One bucket per id: each task's id, and the handler's.
+static PER_ID: KeyedTable<u16, EmbassyClock, 4> = KeyedTable::new(
+    Quota::new(Rate::per_second(KEY_RATE)).burst(KEY_BURST),
+    EmbassyClock,
+    WhenFull::Refuse,
+);
+const HANDLER_ID: u16 = 0x700;
+
+// Statistics read after the fact: Relaxed throughout (one core).
+static CONTENDING: AtomicBool = AtomicBool::new(false);
+static TICKS: AtomicU32 = AtomicU32::new(0);
+static HANDLER_GRANTS: AtomicU32 = AtomicU32::new(0);
+static HANDLER_KEY_GRANTS: AtomicU32 = AtomicU32::new(0);
+static TASK_GRANTS: AtomicU32 = AtomicU32::new(0);
+static TASK_KEY_GRANTS: [AtomicU32; 3] = [const { AtomicU32::new(0) }; 3];
+static MAX_IN_LINE: AtomicU32 = AtomicU32::new(0);
+/// When each paced waiter finished, in µs since the scenario began, and whether it was served.
+static PACED_AT_US: [AtomicU32; 4] = [const { AtomicU32::new(0) }; 4];
+static PACED_SERVED: [AtomicBool; 4] = [const { AtomicBool::new(false) }; 4];
+
+#[exception]
+fn SysTick() {
+    systick::on_interrupt();
+    embassy_driver::on_interrupt();
+    // Every tenth interrupt: 100 tries a second against a rate of 200, so the tasks, woken by
+    // this same interrupt, get the rest.
+    let tick = TICKS.fetch_add(1, Relaxed);
+    if CONTENDING.load(Relaxed) && tick % 10 == 0 {
+        if SHARED.try_acquire(1).is_ok() {
+            HANDLER_GRANTS.fetch_add(1, Relaxed);
+        }
+        if PER_ID.try_acquire(HANDLER_ID, 1).is_ok() {
+            HANDLER_KEY_GRANTS.fetch_add(1, Relaxed);
+        }
+    }
+}
+
+#[embassy_executor::main]
+async fn main(spawner: Spawner) {
+    let Some(mut core) = cortex_m::Peripherals::take() else {
+        finish(false);
+    };
+    systick::start(&mut core.SYST);
+    hprintln!("tollgate on embassy-executor, {}", NAME);
+    let mut passed = twelve_requests().await;
+    passed &= given_up(&spawner).await;
+    passed &= contention(&spawner).await;
+    finish(passed);
+}
+
+/// The design's table, each request right after embassy-time's timer wakes the task.
+async fn twelve_requests() -> bool {
+    const EXPECTED: [bool; 12] = [
+        true, true, true, true, true, true, true, false, true, false, true, false,
+    ];
+    hprintln!();
+    hprintln!("== Twelve requests 0.2 s apart: {}", TABLE.quota());
+    // Start right after a timer wake, as every later request is.
+    Timer::after_millis(1).await;
+    let start = Instant::now();
+    let mut matched = 0;
+    for (i, &expected) in EXPECTED.iter().enumerate() {
+        Timer::at(start + Duration::from_millis(200 * i as u64)).await;
+        let result = TABLE.try_acquire(1);
+        let at_ms = 200 * i;
+        let verdict_word = if result.is_ok() { "ALLOWED" } else { "BLOCKED" };
+        hprintln!(
+            "request {:>2} at {}.{:03} s: {}",
+            i + 1,
+            at_ms / 1000,
+            at_ms % 1000,
+            verdict_word
+        );
+        if result.is_ok() == expected {
+            matched += 1;
+        }
+    }
+    let too_big = EmbassyWait::acquire(&TABLE, 6).await;
+    hprintln!("six at once, waited for: {:?}", too_big);
+    let ok = matched == EXPECTED.len() && too_big == Err(Denied::ExceedsCapacity { burst: 5 });
+    hprintln!(
+        "twelve requests: {} of {} as the design's table: {}",
+        matched,
+        EXPECTED.len(),
+        verdict(ok)
+    );
+    ok
+}
+
+/// How waiter `id` of the paced bucket behaves.
+#[derive(Clone, Copy)]
+enum Patience {
+    /// Waits as long as it takes.
+    Forever,
+    /// `acquire_timeout` with this many ms.
+    TimesOut(u64),
+    /// `with_timeout` drops its `acquire` after this many ms.
+    Dropped(u64),
+}
+
+#[embassy_executor::task(pool_size = 4)]
+async fn paced_waiter(id: usize, start: Instant, patience: Patience) {
+    // Arrive in `id` order, a millisecond apart.
+    Timer::at(start + Duration::from_millis(id as u64)).await;
+    let served = match patience {
+        Patience::Forever => EmbassyWait::acquire(&PACED, 1).await.is_ok(),
+        Patience::TimesOut(ms) => {
+            EmbassyWait::acquire_timeout(&PACED, 1, core::time::Duration::from_millis(ms))
+                .await
+                .is_ok()
+        }
+        Patience::Dropped(ms) => matches!(
+            with_timeout(Duration::from_millis(ms), EmbassyWait::acquire(&PACED, 1)).await,
+            Ok(Ok(_))
+        ),
+    };
+    PACED_AT_US[id].store((Instant::now() - start).as_micros() as u32, Relaxed);
+    PACED_SERVED[id].store(served, Relaxed);
+}
+
+/// Four waiters on 10/s from empty, a millisecond apart: the first served after 100 ms; the
+/// second (150 ms timeout) gives up when it heads the line, its token 100 ms away; the third
+/// is dropped by `with_timeout` after 150 ms in line; the fourth is served 100 ms after the
+/// first, as if those two had never queued.
+async fn given_up(spawner: &Spawner) -> bool {
+    hprintln!();
+    hprintln!("== Waits given up: {}", PACED.quota());
+    PACED.touch();
+    let start = Instant::now() + Duration::from_millis(2);
+    let patience = [
+        Patience::Forever,
+        Patience::TimesOut(150),
+        Patience::Dropped(150),
+        Patience::Forever,
+    ];
+    for (id, &p) in patience.iter().enumerate() {
+        spawner.spawn(paced_waiter(id, start, p).unwrap());
+    }
+    Timer::at(start + Duration::from_millis(20)).await;
+    let in_line = waiters_in_line();
+    Timer::at(start + Duration::from_millis(400)).await;
+    let names = ["waits", "times out at 150 ms", "dropped at 150 ms", "waits"];
+    let mut ok = in_line == 4;
+    // Instants from the first waiter's grant (the bucket's first use started its empty fill
+    // on the first waiter's arrival): the second, whose token could not come within its
+    // timeout, gives up as soon as it heads the line; the third is dropped 150 ms after it
+    // came; the fourth gets the next token, 100 ms after the first, as if neither had queued.
+    let first_us = u64::from(PACED_AT_US[0].load(Relaxed));
+    let expected = [
+        (true, 0),
+        (false, 0),
+        (false, 150_000 + 2_000 - 100_000),
+        (true, 100_000),
+    ];
+    for id in 0..4 {
+        let served = PACED_SERVED[id].load(Relaxed);
+        let at_us = u64::from(PACED_AT_US[id].load(Relaxed));
+        let (want_served, want_us) = expected[id];
+        let since_first = at_us as i64 - first_us as i64;
+        // Within 2 ms: the timer wakes on the millisecond's interrupt.
+        let on_time =
+            since_first >= want_us as i64 - 2_000 && since_first <= want_us as i64 + 2_000;
+        let this = served == want_served && on_time;
+        ok &= this;
+        hprintln!(
+            "waiter {} ({}): {} {} us after the first grant: {}",
+            id + 1,
+            names[id],
+            if served { "served" } else { "gave up" },
+            since_first,
+            verdict(this)
+        );
+    }
+    let after = waiters_in_line();
+    ok &= after == 0;
+    hprintln!(
+        "in line: {} of {} places while waiting, {} after: {}",
+        in_line,
+        LINE_CAPACITY,
+        after,
+        verdict(ok)
+    );
+    hprintln!("waits given up: {}", verdict(ok));
+    ok
+}
+
+const CONTENTION_MS: u64 = 2_000;
+
+#[embassy_executor::task(pool_size = 3)]
+async fn worker(n: usize, until: Instant) {
+    let id = 0x100 + n as u16;
+    while Instant::now() < until {
+        if EmbassyWait::acquire(&SHARED, 1).await.is_ok() {
+            TASK_GRANTS.fetch_add(1, Relaxed);
+        }
+        MAX_IN_LINE.fetch_max(waiters_in_line() as u32, Relaxed);
+        if PER_ID.try_acquire(id, 1).is_ok() {
+            TASK_KEY_GRANTS[n].fetch_add(1, Relaxed);
+        }
+    }
+}
+
+/// Three tasks waiting on one bucket for two seconds while the SysTick handler takes from it
+/// each millisecond; all of them also take from their own id's bucket in a keyed table.
+async fn contention(spawner: &Spawner) -> bool {
+    hprintln!();
+    hprintln!(
+        "== Three tasks and the SysTick handler on one bucket, {} ms: {}",
+        CONTENTION_MS,
+        SHARED.quota()
+    );
+    Timer::after_millis(1).await;
+    let start = Instant::now();
+    let until = start + Duration::from_millis(CONTENTION_MS);
+    CONTENDING.store(true, Relaxed);
+    for n in 0..3 {
+        spawner.spawn(worker(n, until).unwrap());
+    }
+    Timer::at(until).await;
+    CONTENDING.store(false, Relaxed);
+    let elapsed_us = (Instant::now() - start).as_micros();
+    // Let the workers finish the waits they are in: at most one token's time each.
+    Timer::after_millis(50).await;
+    let elapsed_end_us = (Instant::now() - start).as_micros();
+    let tasks = u64::from(TASK_GRANTS.load(Relaxed));
+    let handler = u64::from(HANDLER_GRANTS.load(Relaxed));
+    let granted = tasks + handler;
+    // Never more than the burst plus the rate over the whole span; and with demand above the
+    // rate throughout, every token accrued before the end was granted (within two).
+    let bound = SHARED_BURST + SHARED_RATE * elapsed_end_us / 1_000_000;
+    let accrued = SHARED_BURST + SHARED_RATE * elapsed_us / 1_000_000;
+    let ok = granted <= bound && granted + 2 >= accrued;
+    hprintln!(
+        "granted {} ({} to the tasks, {} to the handler) in {} us; bound burst + rate x elapsed = {}: {}",
+        granted,
+        tasks,
+        handler,
+        elapsed_end_us,
+        bound,
+        verdict(ok)
+    );
+    let mut keys_ok = true;
+    let key_bound = KEY_BURST + KEY_RATE * elapsed_end_us / 1_000_000;
+    for (n, grants) in TASK_KEY_GRANTS.iter().enumerate() {
+        let got = u64::from(grants.load(Relaxed));
+        keys_ok &= got <= key_bound;
+        hprintln!("id {:#x}: {} grants, bound {}", 0x100 + n, got, key_bound);
+    }
+    let handler_keys = u64::from(HANDLER_KEY_GRANTS.load(Relaxed));
+    keys_ok &= handler_keys <= key_bound;
+    hprintln!(
+        "id {:#x} (handler): {} grants, bound {}",
+        HANDLER_ID,
+        handler_keys,
+        key_bound
+    );
+    hprintln!("keyed table shared with the handler: {}", verdict(keys_ok));
+    let max_in_line = MAX_IN_LINE.load(Relaxed);
+    hprintln!("at most {} tasks in line at once", max_in_line);
+    let all = ok && keys_ok;
+    hprintln!("contention: {}", verdict(all));
+    all
+}
+
+/// Reports the verdict and exits qemu with its status.
+fn finish(passed: bool) -> ! {
+    if passed {
+        hprintln!("PASS");
+        debug::exit(debug::EXIT_SUCCESS);
+    } else {
+        hprintln!("FAIL");
+        debug::exit(debug::EXIT_FAILURE);
+    }
+    loop {
+        cortex_m::asm::wfi();
+    }
+}
+
+#[panic_handler]
+fn panic(info: &core::panic::PanicInfo) -> ! {
+    hprintln!("panic: {}", info);
+    finish(false);
+}
+
+fn verdict(ok: bool) -> &'static str {
+    if ok {
+        "ok"
+    } else {
+        "FAILED"
+    }
+}
