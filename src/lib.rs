@@ -107,6 +107,9 @@
 //!   `ManualClock` in models.
 //! - `KeyedLimiter` (feature `std`) compiles, but its map keeps std's locks and atomics, so loom
 //!   sees none of its interleavings; model a `KeyedTable` of the same quota instead.
+//! - The async waits of `embassy-time` and `embedded-hal-async` compile, but their line is a
+//!   `static` on the `critical-section` crate, whose `std` implementation excludes nothing
+//!   between loom's threads (they share one OS thread): call `try_acquire` in models.
 //! - The `tokio` feature: tokio does not build under a downstream `--cfg loom` (it is tokio's
 //!   own test configuration). The waiters' line behind the tokio waits is modeled by this crate's
 //!   `tests/loom/loom_waits.rs`.

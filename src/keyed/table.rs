@@ -466,6 +466,12 @@ impl<K: Eq, C: Clock, const N: usize, W: Word, const T: usize> KeyedTable<K, C, 
         self.tiers.get(usize::from(tier.0)).map(|tier| &tier.quota)
     }
 
+    /// The largest burst of any tier: a request above it can never be granted.
+    #[cfg(feature = "embassy-time")]
+    pub(crate) fn max_burst(&self) -> u64 {
+        self.max_burst
+    }
+
     /// The clock the table reads.
     pub fn clock(&self) -> &C {
         &self.clock

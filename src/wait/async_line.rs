@@ -15,12 +15,17 @@ use crate::{Clock, Denied, Limits, TokenBucket, Word};
 pub(crate) trait TakeNow {
     /// What one call asks for (`u32` tokens, or one per bucket of a `Limits`).
     type Cost: Copy;
+    /// What a denial is: [`Denied`], or `KeyedDenied` for a key of a keyed table.
+    type Error: From<Denied>;
     /// The line this limit's waiters share: its address.
     fn line_key(&self) -> usize;
-    /// `Err(ExceedsCapacity)` when the cost can never be granted: checked before joining.
-    fn fits(&self, cost: Self::Cost) -> Result<(), Denied>;
-    /// Takes `cost` now, or says how long until it could; a denial takes nothing.
-    fn take_now(&self, cost: Self::Cost) -> Result<(), Denied>;
+    /// An error when the cost can never be granted (above a burst): checked before joining.
+    fn fits(&self, cost: Self::Cost) -> Result<(), Self::Error>;
+    /// Takes `cost` now, or says why not; a denial takes nothing.
+    fn take_now(&self, cost: Self::Cost) -> Result<(), Self::Error>;
+    /// How long until the denied take could succeed, when it was denied for want of tokens
+    /// (the waits sleep that long); `None` for a denial that waiting does not cure.
+    fn due_in(denied: &Self::Error) -> Option<Duration>;
     /// The limit's clock now, in ticks.
     fn now_ticks(&self) -> u64;
     /// `ticks` of the limit's clock as a duration, rounded up.
@@ -51,7 +56,7 @@ pub(crate) async fn wait_in_line<L: TakeNow, S: Sleeper>(
     cost: L::Cost,
     timeout: Option<Duration>,
     sleeper: &mut S,
-) -> Result<Duration, Denied> {
+) -> Result<Duration, L::Error> {
     limit.fits(cost)?;
     let start = limit.now_ticks();
     let waited = || limit.ticks_to_duration(limit.now_ticks().wrapping_sub(start));
@@ -71,28 +76,31 @@ pub(crate) async fn wait_in_line<L: TakeNow, S: Sleeper>(
                     if left.is_zero() || !first_of(turn, sleeper.sleep(left)).await {
                         return Err(Denied::Insufficient {
                             retry_after: Duration::ZERO,
-                        });
+                        }
+                        .into());
                     }
                 }
             }
             continue;
         }
         // The head (or outside the line): take, or sleep until the tokens are due.
-        match limit.take_now(cost) {
+        let denied = match limit.take_now(cost) {
             Ok(()) => return Ok(waited()),
-            Err(Denied::Insufficient { retry_after }) => {
-                if let Some(timeout) = timeout {
-                    let left = timeout.saturating_sub(waited());
-                    if retry_after > left {
-                        return Err(Denied::Insufficient {
-                            retry_after: retry_after - left,
-                        });
-                    }
+            Err(denied) => denied,
+        };
+        let Some(retry_after) = L::due_in(&denied) else {
+            return Err(denied);
+        };
+        if let Some(timeout) = timeout {
+            let left = timeout.saturating_sub(waited());
+            if retry_after > left {
+                return Err(Denied::Insufficient {
+                    retry_after: retry_after - left,
                 }
-                sleeper.sleep(retry_after).await;
+                .into());
             }
-            Err(denied) => return Err(denied),
         }
+        sleeper.sleep(retry_after).await;
     }
 }
 
@@ -112,8 +120,20 @@ async fn first_of<F: Future<Output = ()>>(turn: line::Turn<'_>, sleep: F) -> boo
     .await
 }
 
+/// For the limits whose denial is a [`Denied`].
+fn insufficient(denied: &Denied) -> Option<Duration> {
+    match denied {
+        Denied::Insufficient { retry_after } => Some(*retry_after),
+        _ => None,
+    }
+}
+
 impl<C: Clock, W: Word> TakeNow for TokenBucket<C, W> {
     type Cost = u32;
+    type Error = Denied;
+    fn due_in(denied: &Denied) -> Option<Duration> {
+        insufficient(denied)
+    }
     fn line_key(&self) -> usize {
         self as *const Self as usize
     }
@@ -139,6 +159,10 @@ impl<C: Clock, W: Word> TakeNow for TokenBucket<C, W> {
 /// (waiters of another `Limits` or of one of its buckets alone are in other lines).
 impl<C: Clock, const N: usize, W: Word> TakeNow for Limits<'_, C, N, W> {
     type Cost = [u32; N];
+    type Error = Denied;
+    fn due_in(denied: &Denied) -> Option<Duration> {
+        insufficient(denied)
+    }
     fn line_key(&self) -> usize {
         self as *const Self as usize
     }

@@ -51,7 +51,8 @@ use crate::{Clock, Denied, EmbassyClock, Limits, TokenBucket, Word};
 /// taking nothing before it acts (so giving up stays free), but it is not ordered: it may take
 /// the tokens that the head of a line is waiting for, delaying that head by one turn.
 ///
-/// `TokenBucket` and [`Limits`] have these waits. On a build that also enables `tokio`, the
+/// `TokenBucket` and [`Limits`] have these waits, and `KeyedTable` has them per key
+/// (`KeyedTable::acquire(key, n)`, feature `keyed-table`). On a build that also enables `tokio`, the
 /// buckets' own `acquire` methods are tokio's: call these as `EmbassyWait::acquire(&bucket, n)`.
 pub trait EmbassyWait {
     /// What one call asks for: `u32` tokens, or one count per bucket of a [`Limits`].
@@ -105,7 +106,7 @@ async fn wait<L: TakeNow>(
     limit: &L,
     cost: L::Cost,
     timeout: Option<Duration>,
-) -> Result<Duration, Denied> {
+) -> Result<Duration, L::Error> {
     wait_in_line(limit, cost, timeout, &mut EmbassyTimer).await
 }
 
@@ -135,6 +136,117 @@ impl Future for Until {
         } else {
             embassy_time_driver::schedule_wake(self.at, cx.waker());
             Poll::Pending
+        }
+    }
+}
+
+#[cfg(feature = "keyed-table")]
+mod keyed {
+    use core::hash::{Hash, Hasher};
+    use core::time::Duration;
+
+    use super::wait;
+    use crate::wait::async_line::TakeNow;
+    use crate::{Clock, Denied, KeyedDenied, KeyedTable, Word};
+
+    /// One key of a table: the limit a keyed wait waits on.
+    struct Keyed<'a, K, C, const N: usize, W: Word, const T: usize> {
+        table: &'a KeyedTable<K, C, N, W, T>,
+        key: K,
+    }
+
+    /// FNV-1a over the key's `Hash`: which line a key's waiters share. Two keys that collide
+    /// share a line (a waiter may wait behind the other key's head), never a bucket.
+    struct Fnv(u64);
+    impl Hasher for Fnv {
+        fn finish(&self) -> u64 {
+            self.0
+        }
+        fn write(&mut self, bytes: &[u8]) {
+            for &byte in bytes {
+                self.0 = (self.0 ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3);
+            }
+        }
+    }
+
+    impl<K, C, const N: usize, W, const T: usize> TakeNow for Keyed<'_, K, C, N, W, T>
+    where
+        K: Eq + Hash + Clone,
+        C: Clock,
+        W: Word,
+    {
+        type Cost = u32;
+        type Error = KeyedDenied;
+        fn line_key(&self) -> usize {
+            let mut hasher = Fnv(0xcbf2_9ce4_8422_2325);
+            self.key.hash(&mut hasher);
+            let table = self.table as *const KeyedTable<K, C, N, W, T> as usize;
+            // Never 0, the mark of a free place.
+            (table ^ hasher.finish() as usize).max(1)
+        }
+        fn fits(&self, n: u32) -> Result<(), KeyedDenied> {
+            // The burst of the largest tier: the key's own tier is known only once it is held,
+            // and a request above its burst then fails at its first take.
+            let burst = self.table.max_burst();
+            if u64::from(n) > burst {
+                return Err(KeyedDenied::Denied(Denied::ExceedsCapacity { burst }));
+            }
+            Ok(())
+        }
+        fn take_now(&self, n: u32) -> Result<(), KeyedDenied> {
+            self.table.try_acquire(self.key.clone(), n)
+        }
+        fn due_in(denied: &KeyedDenied) -> Option<Duration> {
+            match denied {
+                KeyedDenied::Denied(Denied::Insufficient { retry_after }) => Some(*retry_after),
+                _ => None,
+            }
+        }
+        fn now_ticks(&self) -> u64 {
+            self.table.clock().now()
+        }
+        fn ticks_to_duration(&self, ticks: u64) -> Duration {
+            crate::clock::ticks_to_duration_ceil::<C>(ticks)
+        }
+    }
+
+    /// # Waits on embassy-time's timer (feature `embassy-time`)
+    impl<K, C, const N: usize, W, const T: usize> KeyedTable<K, C, N, W, T>
+    where
+        K: Eq + Hash + Clone,
+        C: Clock,
+        W: Word,
+    {
+        /// Takes `n` tokens from `key`'s bucket, waiting in `key`'s line and then until they
+        /// have accrued; returns the time waited. The rules of
+        /// [`EmbassyWait`](crate::wait::EmbassyWait), per key: waiters of one key are served in
+        /// arrival order, each key's line apart from the others'. A new key finding the table
+        /// full fails at once with [`KeyedDenied::Full`] (the table's `until_room` says when to
+        /// try again); `n` above every tier's burst fails at once.
+        ///
+        /// ```
+        /// # async fn run() -> Result<(), tollgate::KeyedDenied> {
+        /// use tollgate::{EmbassyClock, KeyedTable, Quota, Rate, WhenFull};
+        ///
+        /// static PER_ID: KeyedTable<u16, EmbassyClock, 8> =
+        ///     KeyedTable::new(Quota::new(Rate::per_second(10)), EmbassyClock, WhenFull::Refuse);
+        /// PER_ID.acquire(0x101, 1).await?;
+        /// # Ok(()) }
+        /// ```
+        pub async fn acquire(&self, key: K, n: u32) -> Result<Duration, KeyedDenied> {
+            wait(&Keyed { table: self, key }, n, None).await
+        }
+
+        /// As [`acquire`](Self::acquire), giving up after `timeout` as
+        /// [`EmbassyWait::acquire_timeout`](crate::wait::EmbassyWait::acquire_timeout) does,
+        /// having taken nothing.
+        pub async fn acquire_timeout(
+            &self,
+            key: K,
+            n: u32,
+            timeout: Duration,
+        ) -> Result<Duration, KeyedDenied> {
+            wait(&Keyed { table: self, key }, n, Some(timeout)).await
         }
     }
 }

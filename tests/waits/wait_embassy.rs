@@ -14,7 +14,10 @@ use std::time::Duration;
 
 use embassy_time::MockDriver;
 use tollgate::wait::{waiters_in_line, EmbassyWait, LINE_CAPACITY};
-use tollgate::{Denied, EmbassyClock, Limits, ManualClock, Quota, Rate, TokenBucket};
+use tollgate::{
+    Denied, EmbassyClock, KeyedDenied, KeyedTable, Limits, ManualClock, Quota, Rate, TokenBucket,
+    WhenFull,
+};
 
 /// The mock driver and the line are process-wide: one test at a time.
 fn serial() -> MutexGuard<'static, ()> {
@@ -397,4 +400,60 @@ fn the_delay_ns_wait_sleeps_until_the_tokens_are_due() {
             }),
         ]
     );
+}
+
+#[test]
+fn a_keyed_tables_waits_line_up_per_key_and_a_full_table_fails_at_once() {
+    let _serial = serial();
+    let quota = Quota::new(Rate::per_second(10)).burst(1).start_empty();
+    let table: KeyedTable<u16, EmbassyClock, 2> =
+        KeyedTable::try_new(quota, EmbassyClock, WhenFull::Refuse).unwrap();
+    let served = Mutex::new(Vec::new());
+    let mut ex = Executor::new();
+    // Three waiters on key 1, one on key 2, and a third key when both slots are busy; the
+    // second waiter on key 1 gives up at 150 ms.
+    for (name, key, patience) in [
+        (0, 1u16, 10_000),
+        (1, 1, 150),
+        (2, 2, 10_000),
+        (3, 1, 10_000),
+        (4, 3, 10_000),
+    ] {
+        let (table, served) = (&table, &served);
+        ex.spawn(async move {
+            let result = table
+                .acquire_timeout(key, 1, Duration::from_millis(patience))
+                .await;
+            served
+                .lock()
+                .unwrap()
+                .push((name, now(), result.map(|_| ())));
+        });
+    }
+    ex.run();
+    for _ in 0..4 {
+        advance(Duration::from_millis(50));
+        ex.run();
+    }
+    let ms = Duration::from_millis;
+    let full = Err(KeyedDenied::Full { capacity: 2 });
+    let gave_up = Err(KeyedDenied::Denied(Denied::Insufficient {
+        retry_after: ms(50),
+    }));
+    assert_eq!(
+        *served.lock().unwrap(),
+        [
+            // Key 3 finds both slots held by buckets in use: refused at once.
+            (4, ms(0), full),
+            (0, ms(100), Ok(())),
+            // The second of key 1 heads its line at 100 ms with its token 100 ms away and
+            // 50 ms of patience left: it gives up then, 50 ms short.
+            (1, ms(100), gave_up),
+            // Key 2's waiter waited behind nobody: key 1's line is not its own.
+            (2, ms(100), Ok(())),
+            // The third of key 1 takes the token the second would have had.
+            (3, ms(200), Ok(())),
+        ]
+    );
+    assert_eq!(waiters_in_line(), 0);
 }
