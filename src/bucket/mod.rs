@@ -284,6 +284,19 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
         self.cell(&p).try_take::<C>(now, cost)
     }
 
+    /// `Ok` if `n` is within the burst, or the denial of a request above it: what a wait checks
+    /// before it joins a line, from the layout (rebuilding the quota would cost a `gcd`).
+    #[cfg(any(feature = "embassy-time", feature = "embedded-hal-async"))]
+    pub(crate) fn within_burst(&self, n: u32) -> Result<(), Denied> {
+        if self.layout().cost_within(n).is_some() {
+            Ok(())
+        } else {
+            Err(Denied::ExceedsCapacity {
+                burst: self.burst_when_exceeded(),
+            })
+        }
+    }
+
     /// The burst, for the denial of a request above it, worked out off the hot path from the
     /// bucket alone: its caller keeps no layout in memory for it (on the 32-bit word, where the
     /// layout is unpacked into registers, that would be a copy on the stack at every call). The

@@ -138,11 +138,7 @@ impl<C: Clock, W: Word> TakeNow for TokenBucket<C, W> {
         self as *const Self as usize
     }
     fn fits(&self, n: u32) -> Result<(), Denied> {
-        let burst = self.quota().burst_size();
-        if u64::from(n) > burst {
-            return Err(Denied::ExceedsCapacity { burst });
-        }
-        Ok(())
+        self.within_burst(n)
     }
     fn take_now(&self, n: u32) -> Result<(), Denied> {
         self.try_acquire(n)
@@ -168,7 +164,7 @@ impl<C: Clock, const N: usize, W: Word> TakeNow for Limits<'_, C, N, W> {
     }
     fn fits(&self, costs: [u32; N]) -> Result<(), Denied> {
         for (bucket, &cost) in self.buckets().iter().zip(&costs) {
-            bucket.fits(cost)?;
+            bucket.within_burst(cost)?;
         }
         Ok(())
     }

@@ -115,11 +115,29 @@ struct EmbassyTimer;
 
 impl Sleeper for EmbassyTimer {
     fn sleep(&mut self, duration: Duration) -> impl Future<Output = ()> + '_ {
-        let ticks = crate::clock::duration_to_ticks_ceil::<EmbassyClock>(duration);
         Until {
-            at: EmbassyClock.now().saturating_add(ticks),
+            at: EmbassyClock.now().saturating_add(ticks_ceil(duration)),
         }
     }
+}
+
+/// The driver's ticks in `duration`, rounded up. One copy, out of line, with no 128-bit
+/// arithmetic: the part below a second is converted in a reduced fraction of `TICK_HZ / 10^9`,
+/// in 32 bits where that holds (`TICK_HZ` of 1 MHz: a division by 1 000).
+#[inline(never)]
+fn ticks_ceil(duration: Duration) -> u64 {
+    const HZ: u64 = embassy_time_driver::TICK_HZ;
+    const GCD: u64 = crate::rate::gcd(HZ as u128, 1_000_000_000) as u64;
+    const NUM: u64 = HZ / GCD;
+    const DEN: u64 = 1_000_000_000 / GCD;
+    let nanos = duration.subsec_nanos();
+    let part = if NUM <= 4 {
+        // nanos < 10^9: times 4 still fits in 32 bits.
+        u64::from((nanos * NUM as u32).div_ceil(DEN as u32))
+    } else {
+        (u64::from(nanos) * NUM).div_ceil(DEN)
+    };
+    duration.as_secs().saturating_mul(HZ).saturating_add(part)
 }
 
 /// Resolves once embassy-time's clock reaches `at`: embassy-time's `Timer::at`, without the

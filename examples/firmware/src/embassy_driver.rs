@@ -29,7 +29,9 @@ embassy_time_driver::time_driver_impl!(static DRIVER: SysTickDriver = SysTickDri
     queue: Mutex::new(RefCell::new(ConstGenericQueue::new())),
 });
 
-/// Microseconds since SysTick started.
+/// Microseconds since SysTick started. Out of line: the read is a 128-bit scaling that every
+/// timer and every clock reading would otherwise repeat inline.
+#[inline(never)]
 fn now_us() -> u64 {
     (u128::from(SysTickClock.now()) * 1_000_000 / u128::from(CORE_HZ)) as u64
 }
