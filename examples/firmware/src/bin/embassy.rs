@@ -7,8 +7,9 @@
 //! 1. the design's twelve requests 0.2 s apart at 2/s, burst 5, paced by embassy-time's `Timer`;
 //! 2. waits given up: one in line timing out, one dropped by `with_timeout`; the waiter after
 //!    them is served when it would have been had they never come, and the line is empty after;
-//! 3. three tasks waiting on one bucket while the SysTick handler takes from it too, and all of
-//!    them taking from a keyed table: the grants against `burst + rate × elapsed`.
+//! 3. three tasks waiting on one bucket while the SysTick handler takes from it too, and each
+//!    task waiting on its own id in a keyed table the handler takes from as well: the grants
+//!    against `burst + rate × elapsed`, for the bucket and for each id.
 //!
 //! Run with `cargo run --release --features embassy --bin tollgate-embassy --target
 //! thumbv7m-none-eabi` (or thumbv7em-none-eabihf) from this directory.
@@ -56,7 +57,6 @@ static PER_ID: KeyedTable<u16, EmbassyClock, 4> = KeyedTable::new(
 const HANDLER_ID: u16 = 0x700;
 
 // Statistics read after the fact: Relaxed throughout (one core).
-static CONTENDING: AtomicBool = AtomicBool::new(false);
 static TICKS: AtomicU32 = AtomicU32::new(0);
 static HANDLER_GRANTS: AtomicU32 = AtomicU32::new(0);
 static HANDLER_KEY_GRANTS: AtomicU32 = AtomicU32::new(0);
@@ -71,15 +71,20 @@ static PACED_SERVED: [AtomicBool; 4] = [const { AtomicBool::new(false) }; 4];
 fn SysTick() {
     systick::on_interrupt();
     embassy_driver::on_interrupt();
-    // Every tenth interrupt: 100 tries a second against a rate of 200, so the tasks, woken by
-    // this same interrupt, get the rest.
+    // Every seventh interrupt: 143 tries a second, against rates of 200 (the shared bucket, so
+    // the tasks, woken by this same interrupt, get the rest) and 50 (its own id).
     let tick = TICKS.fetch_add(1, Relaxed);
-    if CONTENDING.load(Relaxed) && tick % 10 == 0 {
-        if SHARED.try_acquire(1).is_ok() {
-            HANDLER_GRANTS.fetch_add(1, Relaxed);
-        }
-        if PER_ID.try_acquire(HANDLER_ID, 1).is_ok() {
-            HANDLER_KEY_GRANTS.fetch_add(1, Relaxed);
+    if tick % 7 == 0 {
+        let granted = match PHASE.load(Relaxed) {
+            PHASE_SHARED => SHARED.try_acquire(1).is_ok().then_some(&HANDLER_GRANTS),
+            PHASE_KEYED => PER_ID
+                .try_acquire(HANDLER_ID, 1)
+                .is_ok()
+                .then_some(&HANDLER_KEY_GRANTS),
+            _ => None,
+        };
+        if let Some(count) = granted {
+            count.fetch_add(1, Relaxed);
         }
     }
 }
@@ -234,23 +239,53 @@ async fn given_up(spawner: &Spawner) -> bool {
 }
 
 const CONTENTION_MS: u64 = 2_000;
+const KEYED_MS: u64 = 1_000;
 
-#[embassy_executor::task(pool_size = 3)]
-async fn worker(n: usize, until: Instant) {
+/// What the SysTick handler contends for: nothing, the shared bucket, or its id in the table.
+static PHASE: AtomicU32 = AtomicU32::new(PHASE_NONE);
+const PHASE_NONE: u32 = 0;
+const PHASE_SHARED: u32 = 1;
+const PHASE_KEYED: u32 = 2;
+
+#[embassy_executor::task(pool_size = 6)]
+async fn worker(n: usize, until: Instant, keyed: bool) {
     let id = 0x100 + n as u16;
     while Instant::now() < until {
-        if EmbassyWait::acquire(&SHARED, 1).await.is_ok() {
-            TASK_GRANTS.fetch_add(1, Relaxed);
-        }
-        MAX_IN_LINE.fetch_max(waiters_in_line() as u32, Relaxed);
-        if PER_ID.try_acquire(id, 1).is_ok() {
-            TASK_KEY_GRANTS[n].fetch_add(1, Relaxed);
+        if keyed {
+            // The task's own id, waited for in that id's line of the keyed table.
+            if PER_ID.acquire(id, 1).await.is_ok() {
+                TASK_KEY_GRANTS[n].fetch_add(1, Relaxed);
+            }
+        } else {
+            if EmbassyWait::acquire(&SHARED, 1).await.is_ok() {
+                TASK_GRANTS.fetch_add(1, Relaxed);
+            }
+            MAX_IN_LINE.fetch_max(waiters_in_line() as u32, Relaxed);
         }
     }
 }
 
+/// Runs three workers until `ms` have passed with the handler in `phase`; returns the time
+/// the handler contended and the time until every worker's last wait had ended, in µs.
+async fn run_workers(spawner: &Spawner, ms: u64, keyed: bool, phase: u32) -> (u64, u64) {
+    Timer::after_millis(1).await;
+    let start = Instant::now();
+    let until = start + Duration::from_millis(ms);
+    PHASE.store(phase, Relaxed);
+    for n in 0..3 {
+        spawner.spawn(worker(n, until, keyed).unwrap());
+    }
+    Timer::at(until).await;
+    PHASE.store(PHASE_NONE, Relaxed);
+    let contended_us = (Instant::now() - start).as_micros();
+    // Let the workers finish the waits they are in: at most one token's time each.
+    Timer::after_millis(50).await;
+    (contended_us, (Instant::now() - start).as_micros())
+}
+
 /// Three tasks waiting on one bucket for two seconds while the SysTick handler takes from it
-/// each millisecond; all of them also take from their own id's bucket in a keyed table.
+/// every seven milliseconds; then three tasks each waiting on its own id in a keyed table
+/// (`KeyedTable::acquire`) for a second while the handler takes from an id of its own.
 async fn contention(spawner: &Spawner) -> bool {
     hprintln!();
     hprintln!(
@@ -258,54 +293,64 @@ async fn contention(spawner: &Spawner) -> bool {
         CONTENTION_MS,
         SHARED.quota()
     );
-    Timer::after_millis(1).await;
-    let start = Instant::now();
-    let until = start + Duration::from_millis(CONTENTION_MS);
-    CONTENDING.store(true, Relaxed);
-    for n in 0..3 {
-        spawner.spawn(worker(n, until).unwrap());
-    }
-    Timer::at(until).await;
-    CONTENDING.store(false, Relaxed);
-    let elapsed_us = (Instant::now() - start).as_micros();
-    // Let the workers finish the waits they are in: at most one token's time each.
-    Timer::after_millis(50).await;
-    let elapsed_end_us = (Instant::now() - start).as_micros();
+    let (contended_us, elapsed_us) = run_workers(spawner, CONTENTION_MS, false, PHASE_SHARED).await;
     let tasks = u64::from(TASK_GRANTS.load(Relaxed));
     let handler = u64::from(HANDLER_GRANTS.load(Relaxed));
     let granted = tasks + handler;
     // Never more than the burst plus the rate over the whole span; and with demand above the
-    // rate throughout, every token accrued before the end was granted (within two).
-    let bound = SHARED_BURST + SHARED_RATE * elapsed_end_us / 1_000_000;
-    let accrued = SHARED_BURST + SHARED_RATE * elapsed_us / 1_000_000;
-    let ok = granted <= bound && granted + 2 >= accrued;
+    // rate throughout, every token accrued while all contended was granted (within two).
+    let bound = SHARED_BURST + SHARED_RATE * elapsed_us / 1_000_000;
+    let accrued = SHARED_BURST + SHARED_RATE * contended_us / 1_000_000;
+    // (And both sides got some: the handler's tries fall between the tasks' wakes.)
+    let ok = granted <= bound && granted + 2 >= accrued && tasks > 0 && handler > 0;
     hprintln!(
         "granted {} ({} to the tasks, {} to the handler) in {} us; bound burst + rate x elapsed = {}: {}",
         granted,
         tasks,
         handler,
-        elapsed_end_us,
+        elapsed_us,
         bound,
         verdict(ok)
     );
+    hprintln!(
+        "at most {} tasks in line at once",
+        MAX_IN_LINE.load(Relaxed)
+    );
+
+    hprintln!();
+    hprintln!(
+        "== Three tasks waiting on their own ids, the handler on its own, {} ms: {} per id",
+        KEYED_MS,
+        PER_ID.quota()
+    );
+    let (contended_us, elapsed_us) = run_workers(spawner, KEYED_MS, true, PHASE_KEYED).await;
+    let key_bound = KEY_BURST + KEY_RATE * elapsed_us / 1_000_000;
+    let key_accrued = KEY_BURST + KEY_RATE * contended_us / 1_000_000;
     let mut keys_ok = true;
-    let key_bound = KEY_BURST + KEY_RATE * elapsed_end_us / 1_000_000;
     for (n, grants) in TASK_KEY_GRANTS.iter().enumerate() {
         let got = u64::from(grants.load(Relaxed));
-        keys_ok &= got <= key_bound;
-        hprintln!("id {:#x}: {} grants, bound {}", 0x100 + n, got, key_bound);
+        // Each id's waiter gets its id's rate, never more.
+        let this = got <= key_bound && got + 2 >= key_accrued;
+        keys_ok &= this;
+        hprintln!(
+            "id {:#x}: {} grants, bound {}: {}",
+            0x100 + n,
+            got,
+            key_bound,
+            verdict(this)
+        );
     }
     let handler_keys = u64::from(HANDLER_KEY_GRANTS.load(Relaxed));
-    keys_ok &= handler_keys <= key_bound;
+    let this = handler_keys <= key_bound && handler_keys + 2 >= key_accrued;
+    keys_ok &= this;
     hprintln!(
-        "id {:#x} (handler): {} grants, bound {}",
+        "id {:#x} (handler): {} grants, bound {}: {}",
         HANDLER_ID,
         handler_keys,
-        key_bound
+        key_bound,
+        verdict(this)
     );
     hprintln!("keyed table shared with the handler: {}", verdict(keys_ok));
-    let max_in_line = MAX_IN_LINE.load(Relaxed);
-    hprintln!("at most {} tasks in line at once", max_in_line);
     let all = ok && keys_ok;
     hprintln!("contention: {}", verdict(all));
     all
