@@ -45,6 +45,15 @@ use crate::{Clock, Denied, EmbassyClock, Limits, TokenBucket, Word};
 ///   held for one scan of its places; the limit itself is the lock-free word, so an interrupt
 ///   handler's `try_acquire` on the same bucket never waits for a task.
 ///
+/// **A late timer.** The head takes when its timer wakes it, and embassy-time's queue wakes at
+/// the driver's alarm: a driver that checks its queue on a periodic tick wakes up to a tick
+/// late. While the bucket is full the tokens that accrue are capped away, so a burst with no
+/// room beyond the waiter's tokens loses that lateness on each token (at 100/s, burst 1, on a
+/// 1 ms tick: measured 0.935 of the rate under overload in `examples/firmware`; burst 2: the
+/// whole rate). Give the bucket a burst of at least `n + rate × lateness`. (The tokio waits
+/// take ahead of the instant by the timer's lateness instead; these do not, since the
+/// lateness is the driver's.)
+///
 /// **The line's bound.** The line has [`LINE_CAPACITY`](crate::wait::LINE_CAPACITY) places,
 /// shared by every limit's waiters, in one `static` (a few hundred bytes of RAM). A waiter that
 /// finds them all taken waits outside the line: it sleeps until its tokens are due and tries,

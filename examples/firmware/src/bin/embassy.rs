@@ -9,7 +9,8 @@
 //!    them is served when it would have been had they never come, and the line is empty after;
 //! 3. three tasks waiting on one bucket while the SysTick handler takes from it too, and each
 //!    task waiting on its own id in a keyed table the handler takes from as well: the grants
-//!    against `burst + rate × elapsed`, for the bucket and for each id.
+//!    against `burst + rate × elapsed`, for the bucket and for each id;
+//! 4. twice the rate asked by callers who give up after 30 ms: goodput stays at the rate.
 //!
 //! Run with `cargo run --release --features embassy --bin tollgate-embassy --target
 //! thumbv7m-none-eabi` (or thumbv7em-none-eabihf) from this directory.
@@ -37,6 +38,19 @@ static PACED: TokenBucket<EmbassyClock> = TokenBucket::new(
     Quota::new(Rate::per_second(10)).burst(1).start_empty(),
     EmbassyClock,
 );
+
+const OVERLOAD_RATE: u64 = 100;
+/// Asked at twice its rate by callers who give up after 30 ms. A burst of two: room for the
+/// token that accrues while the head's timer wakes late (this driver wakes timers on the
+/// millisecond's interrupt); with a burst of one the time the bucket spends full meanwhile is
+/// lost to its cap (see `EmbassyWait`'s docs).
+static OVERLOAD: TokenBucket<EmbassyClock> = TokenBucket::new(
+    Quota::new(Rate::per_second(OVERLOAD_RATE)).burst(2),
+    EmbassyClock,
+);
+static OVERLOAD_GRANTS: AtomicU32 = AtomicU32::new(0);
+static OVERLOAD_GAVE_UP: AtomicU32 = AtomicU32::new(0);
+static OVERLOAD_UNSPAWNED: AtomicU32 = AtomicU32::new(0);
 
 const SHARED_RATE: u64 = 200;
 const SHARED_BURST: u64 = 10;
@@ -99,6 +113,7 @@ async fn main(spawner: Spawner) {
     let mut passed = twelve_requests().await;
     passed &= given_up(&spawner).await;
     passed &= contention(&spawner).await;
+    passed &= overload(&spawner).await;
     finish(passed);
 }
 
@@ -354,6 +369,65 @@ async fn contention(spawner: &Spawner) -> bool {
     let all = ok && keys_ok;
     hprintln!("contention: {}", verdict(all));
     all
+}
+
+const OVERLOAD_MS: u64 = 2_000;
+const PATIENCE_MS: u64 = 30;
+
+#[embassy_executor::task(pool_size = 12)]
+async fn impatient() {
+    let patience = core::time::Duration::from_millis(PATIENCE_MS);
+    match EmbassyWait::acquire_timeout(&OVERLOAD, 1, patience).await {
+        Ok(_) => OVERLOAD_GRANTS.fetch_add(1, Relaxed),
+        Err(_) => OVERLOAD_GAVE_UP.fetch_add(1, Relaxed),
+    };
+}
+
+/// A caller every 5 ms (twice the rate of 100/s), each giving up after 30 ms: goodput stays at
+/// the rate, since a caller who gives up took nothing.
+async fn overload(spawner: &Spawner) -> bool {
+    hprintln!();
+    hprintln!(
+        "== Twice the rate, callers giving up after {} ms, {} ms: {}",
+        PATIENCE_MS,
+        OVERLOAD_MS,
+        OVERLOAD.quota()
+    );
+    Timer::after_millis(1).await;
+    let start = Instant::now();
+    let arrivals = OVERLOAD_MS * 2 * OVERLOAD_RATE / 1_000;
+    for i in 0..arrivals {
+        Timer::at(start + Duration::from_micros(i * 1_000_000 / (2 * OVERLOAD_RATE))).await;
+        match impatient() {
+            Ok(task) => spawner.spawn(task),
+            Err(_) => {
+                OVERLOAD_UNSPAWNED.fetch_add(1, Relaxed);
+            }
+        }
+    }
+    Timer::after_millis(PATIENCE_MS + 10).await;
+    let elapsed_us = (Instant::now() - start).as_micros();
+    let granted = u64::from(OVERLOAD_GRANTS.load(Relaxed));
+    let gave_up = u64::from(OVERLOAD_GAVE_UP.load(Relaxed));
+    let unspawned = u64::from(OVERLOAD_UNSPAWNED.load(Relaxed));
+    let bound = 2 + OVERLOAD_RATE * elapsed_us / 1_000_000;
+    // Per mille of burst + rate × elapsed: what the bucket could grant at most.
+    let goodput = granted * 1_000 / bound;
+    let ok = granted <= bound && goodput >= 980 && unspawned == 0;
+    hprintln!(
+        "{} callers in {} us: {} served, {} gave up, {} not started; bound burst + rate x elapsed = {}; goodput {}.{:03} of it: {}",
+        arrivals,
+        elapsed_us,
+        granted,
+        gave_up,
+        unspawned,
+        bound,
+        goodput / 1_000,
+        goodput % 1_000,
+        verdict(ok)
+    );
+    hprintln!("overload with callers giving up: {}", verdict(ok));
+    ok
 }
 
 /// Reports the verdict and exits qemu with its status.
