@@ -128,9 +128,11 @@
 //! unexpected_cfgs = { level = "warn", check-cfg = ['cfg(loom)'] }
 //! ```
 //!
-//! `tests/model.rs`, run with `RUSTFLAGS="--cfg loom" cargo test --release --test model`:
+//! `tests/model.rs`, run with `RUSTFLAGS="--cfg loom" cargo test --release --test model` (not a
+//! doctest here, which has no loom: `examples/loom-downstream/tests/doc_example.rs` is this file,
+//! run in CI):
 //!
-//! ```ignore
+//! ```text
 //! #![cfg(loom)]
 //! use loom::sync::atomic::{AtomicU32, Ordering::Relaxed};
 //! use loom::sync::Arc;
