@@ -48,6 +48,8 @@
 //! | `std` | yes | [`StdClock`]; `TokenBucket::acquire_blocking`: blocking waits for threads; [`KeyedLimiter`]: per-key limits for servers, sharded and capped |
 //! | `tokio` | no | `TokioClock`, `TokenBucket::acquire(n).await`: cancel-safe async waits; `io::Throttled`: byte-rate `AsyncRead` / `AsyncWrite`; `wait::RemoteLine`, the line of a remote bucket's waiters |
 //! | `embedded-hal` | no | `TokenBucket::acquire_with_delay`: blocking waits through `DelayNs` |
+//! | `embassy-time` | no | `EmbassyClock`; `wait::EmbassyWait`: `acquire(n).await` on embassy-time's timer, any executor, no heap (Rust 1.85) |
+//! | `embedded-hal-async` | no | `TokenBucket::acquire_with_async_delay`: async waits through `embedded-hal-async`'s `DelayNs`, no heap |
 //! | `keyed-table` | no | `KeyedTable`: per-key limits in fixed memory, safe in interrupt handlers |
 //! | `quanta` | no | `TscClock`: the CPU's time-stamp counter, for hot paths (implies `std`) |
 //! | `coarse-clock` | no | `CoarseClock`: one atomic refreshed every millisecond (implies `std`) |
@@ -77,9 +79,109 @@
 //! Both use only this crate's public API; their waits plug into [`wait`]'s seam, as any other
 //! backend can.
 //!
+//! ## Model-check your code with tollgate
+//!
+//! Build your own crate's tests with `RUSTFLAGS="--cfg loom"` and tollgate takes its atomics from
+//! [loom](https://docs.rs/loom): every bucket's word, `KeyedTable`'s counts (its critical
+//! section becomes loom's mutex, which excludes as a critical section does), `ManualClock`,
+//! `observe::Counters`. Loom then explores every interleaving of your threads through
+//! tollgate's calls as well as through your own code, so a race between your check and your act
+//! is found even when the shared state it races on is a bucket.
+//!
+//! What changes under `cfg(loom)`:
+//!
+//! - Constructors are not `const` (loom's atomics cannot be built in one): build buckets and
+//!   tables inside the model with `try_new` (or `new`), not in `static`s, and share them with
+//!   `loom::sync::Arc`. [`Clock`] is implemented for `loom::sync::Arc<C>`, so one
+//!   `Arc<ManualClock>` can be the clock of several limits.
+//! - Drive time with `ManualClock` (a modeled atomic), never with a real clock: a model must do
+//!   the same thing on every run.
+//! - The default word is `u64` (loom's atomics are 64-bit): name `TokenBucket<C, u32>` to model
+//!   the 32-bit word your microcontroller uses. `AdjustableBucket` exists on the `u32` word only
+//!   (loom has no 128-bit atomics).
+//!
+//! What is not modeled, and why:
+//!
+//! - `CoarseClock` compiles, but its reading is a real atomic refreshed by a real thread: a clock
+//!   is the model's input, not its state. `StdClock` and `TscClock` read real time. Use
+//!   `ManualClock` in models.
+//! - `KeyedLimiter` (feature `std`) compiles, but its map keeps std's locks and atomics, so loom
+//!   sees none of its interleavings; model a `KeyedTable` of the same quota instead.
+//! - The async waits of `embassy-time` and `embedded-hal-async` compile, but their line is a
+//!   `static` on the `critical-section` crate, whose `std` implementation excludes nothing
+//!   between loom's threads (they share one OS thread): call `try_acquire` in models.
+//! - The `tokio` feature: tokio does not build under a downstream `--cfg loom` (it is tokio's
+//!   own test configuration). The waiters' line behind the tokio waits is modeled by this crate's
+//!   `tests/loom/loom_waits.rs`.
+//!
+//! A complete model (`examples/loom-downstream` in the repository is this crate, with a bug
+//! planted behind a feature that the model catches). `Cargo.toml`:
+//!
+//! ```toml
+//! [dependencies]
+//! tollgate = { version = "0.1", default-features = false, features = ["keyed-table"] }
+//!
+//! [target.'cfg(loom)'.dependencies]
+//! loom = "0.7"
+//!
+//! [lints.rust]
+//! unexpected_cfgs = { level = "warn", check-cfg = ['cfg(loom)'] }
+//! ```
+//!
+//! `tests/model.rs`, run with `RUSTFLAGS="--cfg loom" cargo test --release --test model` (not a
+//! doctest here, which has no loom: `examples/loom-downstream/tests/doc_example.rs` is this file,
+//! run in CI):
+//!
+//! ```text
+//! #![cfg(loom)]
+//! use loom::sync::atomic::{AtomicU32, Ordering::Relaxed};
+//! use loom::sync::Arc;
+//! use tollgate::{KeyedTable, ManualClock, Quota, Rate, TokenBucket, WhenFull};
+//!
+//! /// Your code: a two-frame message goes out whole, under a per-sensor and a link limit.
+//! struct Uplink {
+//!     link: TokenBucket<Arc<ManualClock>>,
+//!     per_sensor: KeyedTable<u8, Arc<ManualClock>, 4>,
+//!     frames: AtomicU32,
+//! }
+//!
+//! impl Uplink {
+//!     fn send_pair(&self, sensor: u8) -> bool {
+//!         // Each limit takes both frames in one call, or nothing. (A check of `available()`
+//!         // followed by two takes of one would race: the model below finds it.)
+//!         let sent =
+//!             self.per_sensor.try_acquire(sensor, 2).is_ok() && self.link.try_acquire(2).is_ok();
+//!         if sent {
+//!             self.frames.fetch_add(2, Relaxed);
+//!         }
+//!         sent
+//!     }
+//! }
+//!
+//! #[test]
+//! fn a_message_goes_out_whole() {
+//!     loom::model(|| {
+//!         let clock = Arc::new(ManualClock::new());
+//!         let room = Quota::new(Rate::per_second(10)).burst(3);
+//!         let uplink = Arc::new(Uplink {
+//!             link: TokenBucket::try_new(room, clock.clone()).unwrap(),
+//!             per_sensor: KeyedTable::try_new(room, clock, WhenFull::Refuse).unwrap(),
+//!             frames: AtomicU32::new(0),
+//!         });
+//!         let other = {
+//!             let uplink = uplink.clone();
+//!             loom::thread::spawn(move || uplink.send_pair(7))
+//!         };
+//!         let sent = [uplink.send_pair(7), other.join().unwrap()];
+//!         assert_eq!(uplink.frames.load(Relaxed), 2, "{sent:?}");
+//!     });
+//! }
+//! ```
+//!
 //! ## Minimum supported Rust version
 //!
-//! Rust 1.81, with every feature (checked in CI with that toolchain). A change of the minimum
+//! Rust 1.81, with every feature but `embassy-time` (checked in CI with that toolchain), which
+//! needs Rust 1.85: embassy's crates are edition 2024. A change of the minimum
 //! version is a minor version's change while the crate is 0.x.
 //!
 //! ## Guarantees
@@ -158,6 +260,17 @@ macro_rules! with_atomic128 {
 macro_rules! with_atomic64_only {
     ($($item:item)*) => { $crate::with_atomic64! { $crate::cfg_atomic128!(not; $($item)*); } };
 }
+/// A `const fn`, or a plain `fn` under loom, whose atomics cannot be built in a `const`: the
+/// constructors of everything that holds an atomic. One item per invocation.
+macro_rules! const_fn_unless_loom {
+    ($(#[$attr:meta])* $vis:vis const fn $name:ident $($rest:tt)*) => {
+        #[cfg(not(loom))]
+        $(#[$attr])* $vis const fn $name $($rest)*
+        #[cfg(loom)]
+        $(#[$attr])* $vis fn $name $($rest)*
+    };
+}
+pub(crate) use const_fn_unless_loom;
 pub(crate) use {
     cfg_atomic128, cfg_atomic64, with_atomic128, with_atomic64, with_atomic64_only, with_word64,
     without_atomic64,
@@ -173,7 +286,6 @@ pub mod io;
 #[cfg(any(feature = "std", feature = "keyed-table"))]
 mod keyed;
 mod limits;
-#[cfg(not(loom))]
 pub mod observe;
 mod rate;
 pub mod wait;
@@ -183,8 +295,10 @@ with_atomic64! {
 
 pub use bucket::{Pause, Reservation, TickRate, TokenBucket, UnitBounds};
 pub use clock::Clock;
-#[cfg(all(feature = "coarse-clock", not(loom)))]
+#[cfg(feature = "coarse-clock")]
 pub use clock::CoarseClock;
+#[cfg(feature = "embassy-time")]
+pub use clock::EmbassyClock;
 #[cfg(feature = "std")]
 pub use clock::StdClock;
 #[cfg(feature = "tokio")]
@@ -193,7 +307,7 @@ pub use clock::TokioClock;
 pub use clock::TscClock;
 pub use engine::word::{DefaultWord, Word};
 pub use error::{ConfigError, Denied};
-#[cfg(all(feature = "keyed-table", not(loom)))]
+#[cfg(feature = "keyed-table")]
 pub use keyed::KeyedTable;
 #[cfg(any(feature = "std", feature = "keyed-table"))]
 pub use keyed::{IpPrefix, KeyedConfigError, KeyedDenied, SetTierError, Tier, WhenFull, MAX_TIERS};

@@ -103,7 +103,7 @@ forward!(std::sync::Arc<O>);
 
 // The atomics counters are kept in: 64 bits where the target has them, else 32 bits that wrap
 // (never portable-atomic's 64-bit fallback, a lock an interrupt handler could deadlock on).
-// Loom never builds this module, so the condition is the target's.
+// Under loom they are loom's 64-bit atomics, modeled like the buckets' words.
 crate::with_atomic64! {
     type Cell = crate::engine::sync::AtomicU64;
 }
@@ -151,16 +151,18 @@ pub struct Counts {
 }
 
 impl Counters {
-    /// All counts at zero.
-    pub const fn new() -> Self {
-        Self {
-            granted_calls: Cell::new(0),
-            granted_tokens: Cell::new(0),
-            denied_calls: Cell::new(0),
-            denied_tokens: Cell::new(0),
-            waited_calls: Cell::new(0),
-            waited_tokens: Cell::new(0),
-            waiting: Cell::new(0),
+    crate::const_fn_unless_loom! {
+        /// All counts at zero.
+        pub const fn new() -> Self {
+            Self {
+                granted_calls: Cell::new(0),
+                granted_tokens: Cell::new(0),
+                denied_calls: Cell::new(0),
+                denied_tokens: Cell::new(0),
+                waited_calls: Cell::new(0),
+                waited_tokens: Cell::new(0),
+                waiting: Cell::new(0),
+            }
         }
     }
 

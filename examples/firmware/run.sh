@@ -2,7 +2,7 @@
 # Builds the firmware for each emulated board, runs it under qemu-system-arm and fails if a run
 # reports a failure (semihosting exit status), hangs (timeout), or lacks an expected line.
 #
-#   examples/firmware/run.sh                  # all three boards
+#   examples/firmware/run.sh                  # all three boards, and the embassy firmware on two
 #   examples/firmware/run.sh thumbv6m-none-eabi
 #
 # Needs qemu-system-arm and the three rustup targets. The runners (with -icount) are in
@@ -70,6 +70,44 @@ for target in "${targets[@]}"; do
     echo "--- $target: ok"
   else
     printf -- "--- $target: %s\n" "${problems[@]}"
+    failed=1
+  fi
+done
+# The embassy firmware (`src/bin/embassy.rs`): tasks on embassy-executor waiting through
+# tollgate's `EmbassyWait`, on the Cortex-M3 and the Cortex-M4F only.
+embassy_expected=(
+  "twelve requests: 12 of 12 as the design's table: ok"
+  "six at once, waited for: Err(ExceedsCapacity { burst: 5 })"
+  "waits given up: ok"
+  "keyed table shared with the handler: ok"
+  "contention: ok"
+  "overload with callers giving up: ok"
+  "PASS"
+)
+for target in "${targets[@]}"; do
+  case "$target" in thumbv7m-none-eabi | thumbv7em-none-eabihf) ;; *) continue ;; esac
+  echo "=== $target (embassy)"
+  cargo build --release --features embassy --target "$target" --bin tollgate-embassy
+  log=$(mktemp)
+  status=0
+  timeout "${FIRMWARE_TIMEOUT:-120}" cargo run --quiet --release --features embassy --target "$target" \
+    --bin tollgate-embassy >"$log" 2>&1 || status=$?
+  cat "$log"
+  problems=()
+  if [ "$status" -eq 124 ]; then
+    problems+=("timed out")
+  elif [ "$status" -ne 0 ]; then
+    problems+=("exit status $status")
+  fi
+  if grep -q -e FAILED -e panic "$log"; then problems+=("a check failed"); fi
+  for line in "${embassy_expected[@]}"; do
+    grep -qF -- "$line" "$log" || problems+=("missing line: $line")
+  done
+  rm -f "$log"
+  if [ ${#problems[@]} -eq 0 ]; then
+    echo "--- $target (embassy): ok"
+  else
+    printf -- "--- $target (embassy): %s\n" "${problems[@]}"
     failed=1
   fi
 done

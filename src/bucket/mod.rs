@@ -316,6 +316,19 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
         self.cell(&p).try_take::<C>(now, cost)
     }
 
+    /// `Ok` if `n` is within the burst, or the denial of a request above it: what a wait checks
+    /// before it joins a line, from the layout (rebuilding the quota would cost a `gcd`).
+    #[cfg(any(feature = "embassy-time", feature = "embedded-hal-async"))]
+    pub(crate) fn within_burst(&self, n: u32) -> Result<(), Denied> {
+        if self.layout().cost_within(n).is_some() {
+            Ok(())
+        } else {
+            Err(Denied::ExceedsCapacity {
+                burst: self.burst_when_exceeded(),
+            })
+        }
+    }
+
     /// The burst, for the denial of a request above it, worked out off the hot path from the
     /// bucket alone: its caller keeps no layout in memory for it (on the 32-bit word, where the
     /// layout is unpacked into registers, that would be a copy on the stack at every call). The
@@ -488,7 +501,9 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
     /// Keeps an idle bucket readable for another [`idle_horizon`](Self::idle_horizon): a full
     /// bucket is re-anchored at now; any other bucket is left as it is. Changes no decision.
     ///
-    /// Only the 32-bit word needs it, from a timer or a main loop at least once per horizon. A
+    /// Only the 32-bit word needs it, from a timer or a main loop at least once per horizon
+    /// (71 minutes on a 1 MHz timer, 36 hours on a 32 768 Hz one: the table is in [`Word`]'s
+    /// docs; once a minute serves every quota up to 10^6 per second on every clock). A
     /// `const`-built bucket not used yet is left as it is: its start fill still takes effect at
     /// its first use.
     pub fn touch(&self) {
@@ -514,7 +529,8 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
     /// of its ring (under 0.6 % of idle lengths); in those it reads at most two bursts in debt,
     /// never fuller than it is, so the worst false wait is the time three bursts take to
     /// accrue.
-    /// Call [`touch`](Self::touch) within the horizon to read exactly always.
+    /// Call [`touch`](Self::touch) within the horizon to read exactly always; [`Word`]'s docs
+    /// give the horizon at the common firmware timer rates, and when to choose the 64-bit word.
     pub fn idle_horizon(&self) -> Duration {
         self.layout().idle_horizon::<C>()
     }

@@ -4,7 +4,7 @@ use std::io;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use crate::engine::sync::{AtomicU64, Ordering};
+use crate::engine::sync::unmodeled::{AtomicU64, Ordering};
 use crate::{Clock, StdClock};
 
 /// The last refresh of [`StdClock`], in its nanoseconds; 0 before the first.

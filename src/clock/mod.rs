@@ -41,6 +41,17 @@ impl<C: Clock + ?Sized> Clock for &C {
     }
 }
 
+/// Loom's `Arc` shares a clock among a model's threads as `std`'s does (`Clock` is implemented
+/// for `&C`; `std::sync::Arc<C>` derefs to `C`, pass `&*arc` or `arc.as_ref()`).
+#[cfg(loom)]
+impl<C: Clock + ?Sized> Clock for loom::sync::Arc<C> {
+    const TICKS_PER_SECOND: u64 = C::TICKS_PER_SECOND;
+    #[inline]
+    fn now(&self) -> u64 {
+        (**self).now()
+    }
+}
+
 /// The whole nanoseconds of `ticks`, rounded up: a wait is never reported shorter than it is.
 pub(crate) fn ticks_to_duration_ceil<C: Clock + ?Sized>(ticks: u64) -> Duration {
     const NANOS_PER_SECOND: u64 = 1_000_000_000;
@@ -111,8 +122,10 @@ pub(crate) fn duration_to_ticks_floor<C: Clock + ?Sized>(duration: Duration) -> 
     }
 }
 
-#[cfg(all(feature = "coarse-clock", not(loom)))]
+#[cfg(feature = "coarse-clock")]
 mod coarse;
+#[cfg(feature = "embassy-time")]
+mod embassy;
 crate::with_atomic64! {
     mod manual;
 }
@@ -123,8 +136,10 @@ mod tokio;
 #[cfg(feature = "quanta")]
 mod tsc;
 
-#[cfg(all(feature = "coarse-clock", not(loom)))]
+#[cfg(feature = "coarse-clock")]
 pub use self::coarse::CoarseClock;
+#[cfg(feature = "embassy-time")]
+pub use self::embassy::EmbassyClock;
 crate::with_atomic64! {
     pub use self::manual::ManualClock;
 }

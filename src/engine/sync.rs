@@ -51,6 +51,56 @@ pub(crate) use loom::{
 #[cfg(all(not(loom), feature = "std"))]
 pub(crate) use std::sync::{Mutex, MutexGuard};
 
+/// The lock of a `KeyedTable`'s slots: a critical section (the `critical-section` crate, which
+/// the final firmware provides), or loom's mutex under loom. The critical-section crate's `std`
+/// implementation keeps its "held" flag per OS thread, and loom runs every thread of a model on
+/// one, so under loom it would exclude nothing; loom's mutex makes the models explore exactly
+/// the exclusion that a critical section gives.
+#[cfg(feature = "keyed-table")]
+pub(crate) struct SlotLock<T> {
+    #[cfg(not(loom))]
+    inner: critical_section::Mutex<core::cell::RefCell<T>>,
+    #[cfg(loom)]
+    inner: loom::sync::Mutex<T>,
+}
+
+#[cfg(feature = "keyed-table")]
+impl<T> SlotLock<T> {
+    crate::const_fn_unless_loom! {
+        /// A lock holding `value`.
+        pub(crate) const fn new(value: T) -> Self {
+            Self {
+                #[cfg(not(loom))]
+                inner: critical_section::Mutex::new(core::cell::RefCell::new(value)),
+                #[cfg(loom)]
+                inner: loom::sync::Mutex::new(value),
+            }
+        }
+    }
+
+    /// Runs `f` on the value with the lock held. Never nested: `f` takes no lock.
+    #[inline]
+    pub(crate) fn with<R>(&self, f: impl FnOnce(&mut T) -> R) -> R {
+        #[cfg(not(loom))]
+        {
+            critical_section::with(|cs| f(&mut self.inner.borrow_ref_mut(cs)))
+        }
+        #[cfg(loom)]
+        {
+            // A panic in a model fails the model; the value is not read after it.
+            f(&mut self.inner.lock().unwrap_or_else(|p| p.into_inner()))
+        }
+    }
+}
+
+/// Atomics that stay real under loom: `CoarseClock`'s process-wide reading, refreshed by a
+/// thread of its own, which a model takes as input as it takes any clock's (models drive time
+/// with `ManualClock`).
+#[cfg(feature = "coarse-clock")]
+pub(crate) mod unmodeled {
+    pub(crate) use portable_atomic::{AtomicU64, Ordering};
+}
+
 /// Loom models only: the mutant the models must catch, kept here rather than in a bucket.
 ///
 /// Loom runs every thread of a model on the thread that called `loom::model`, so a flag local to

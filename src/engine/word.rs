@@ -16,6 +16,36 @@ use crate::engine::sync::{AtomicU32, Ordering};
 /// portable-atomic's critical section may choose `u64` there with the `word64` feature and get
 /// the 64-bit word's guarantees.
 ///
+/// # The 32-bit word on a firmware timer
+///
+/// The 32-bit word reads exactly for an [idle horizon](crate::TokenBucket::idle_horizon) after
+/// its last write; a bucket that may sit full and untouched longer needs
+/// [`touch`](crate::TokenBucket::touch) (or `KeyedTable::touch_all`) from a
+/// timer or a main loop at least once per horizon. The solver gives the horizon for the quota
+/// and the timer (`tests/horizon.rs` pins these figures):
+///
+/// | timer | rates (per second) | touch at least every |
+/// |---|---|---|
+/// | 32 768 Hz (RTC) | up to 10^4 | 36 hours |
+/// | 32 768 Hz | 10^5 / 10^6 | 11 hours / 71 minutes |
+/// | 1 kHz | up to 10^3 / 10^4 / 10^5 | 49 days / 4 days / 11 hours |
+/// | 1 MHz (embassy-time's default tick) | up to 10^6 | 71 minutes (2^32 µs) |
+/// | 8, 16, 48, 64, 120 MHz, 1 GHz | up to 10^6 | an hour (up to 95 minutes, by rate) |
+/// | any | above 10^6 | `2^32 / rate`: 43 s at 10^8 |
+///
+/// So a timer that calls `touch` once a minute serves every quota up to 10^6 per second on
+/// every clock. Without it, an idle bucket past the horizon still reads full in over 99 % of
+/// idle lengths and otherwise waits falsely for at most three bursts' refill
+/// (see [`idle_horizon`](crate::TokenBucket::idle_horizon)); it never grants a token too many.
+///
+/// Choose `u64` (feature `word64`) instead when the firmware provides portable-atomic's
+/// critical section and either nothing can call `touch` (deep sleep longer than the horizon
+/// with no timer, or buckets in a table nobody sweeps), or it needs pauses longer than one
+/// burst's refill ([`Pause::Clamped`](crate::Pause)), or a rate the 32-bit word rounds
+/// ([`is_exact`](crate::TokenBucket::is_exact) false, on 48 or 120 MHz timers at some
+/// rates). The price is a critical section around every update of the word, in place of one
+/// lock-free compare-exchange.
+///
 /// The trait is sealed: `u32` and `u64` are its only implementations.
 pub trait Word: sealed::Sealed + Copy + 'static {
     /// The atomic cell holding the word.

@@ -20,9 +20,6 @@
 //! [`Quota::start_empty`](crate::Quota::start_empty) or a lower start fill, a key that comes back
 //! after its bucket was dropped starts at that fill again: stricter, never looser.
 
-// Under loom the fixed table is left out, and without `std` nothing else uses the helpers.
-#![cfg_attr(all(loom, not(feature = "std")), allow(dead_code))]
-
 use core::fmt;
 use core::time::Duration;
 
@@ -32,16 +29,15 @@ use crate::{ConfigError, Denied};
 #[cfg(feature = "std")]
 mod map;
 mod prefix;
-#[cfg(any(feature = "std", all(feature = "keyed-table", not(loom))))]
 mod solved;
-#[cfg(all(feature = "keyed-table", not(loom)))]
+#[cfg(feature = "keyed-table")]
 mod table;
 mod tier;
 
 #[cfg(feature = "std")]
 pub use map::{KeyHasher, KeyedLimiter, KeyedLimiterBuilder};
 pub use prefix::IpPrefix;
-#[cfg(all(feature = "keyed-table", not(loom)))]
+#[cfg(feature = "keyed-table")]
 pub use table::KeyedTable;
 pub use tier::{SetTierError, Tier, MAX_TIERS};
 
@@ -236,7 +232,7 @@ pub(crate) fn ticks_to_one_token(p: &Layout, word: u64, now_ticks: u64) -> u64 {
 
 /// Puts `word` in `cell`: the never-used mark, or a bucket converted to another tier. Only for
 /// a cell that no other context is updating.
-#[cfg(all(feature = "keyed-table", not(loom)))]
+#[cfg(feature = "keyed-table")]
 pub(crate) fn overwrite<W: crate::engine::word::Word>(cell: &W::Atomic, word: u64) {
     let mut current = W::load(cell);
     while let Err(actual) = W::compare_exchange(cell, current, word) {

@@ -1,9 +1,6 @@
 //! [`KeyedTable`]: `N` buckets in fixed memory, for `no_std` and interrupt handlers.
 
-use core::cell::RefCell;
 use core::time::Duration;
-
-use critical_section::Mutex;
 
 use super::solved::{converted, Solved};
 use super::{
@@ -12,7 +9,7 @@ use super::{
 };
 use crate::clock::{ticks_to_duration_ceil, Clock};
 use crate::engine::cell::WordCell;
-use crate::engine::sync::{AtomicU32, Ordering};
+use crate::engine::sync::{AtomicU32, Ordering, SlotLock};
 use crate::engine::word::{DefaultWord, Word};
 use crate::{Denied, Quota};
 
@@ -93,7 +90,7 @@ use crate::{Denied, Quota};
 /// assert_eq!(PER_ID.available(&7), 1);
 /// ```
 pub struct KeyedTable<K, C, const N: usize, W: Word = DefaultWord, const T: usize = 1> {
-    slots: Mutex<RefCell<Slots<K, N>>>,
+    slots: SlotLock<Slots<K, N>>,
     /// Per slot: calls between finding the slot and finishing their update. A slot in use is
     /// never evicted and never changes tier, so no call updates a word that has changed keys
     /// or layout under it.
@@ -136,31 +133,35 @@ fn only_tier<K>(_: &K) -> Tier {
 }
 
 impl<K: Eq, C: Clock, const N: usize, W: Word> KeyedTable<K, C, N, W> {
-    /// An empty table, for `const` and `static` use, protecting returning keys for a minute.
-    ///
-    /// # Panics
-    ///
-    /// When the quota cannot be used on this clock (see [`ConfigError`](crate::ConfigError)): in a `const` or
-    /// `static` that is a compile error. Use [`try_new`](Self::try_new) for quotas known only at
-    /// run time.
-    pub const fn new(quota: Quota, clock: C, when_full: WhenFull) -> Self {
-        Self::with_tiers([quota], only_tier::<K>, clock, when_full)
+    crate::const_fn_unless_loom! {
+        /// An empty table, for `const` and `static` use, protecting returning keys for a minute.
+        ///
+        /// # Panics
+        ///
+        /// When the quota cannot be used on this clock (see [`ConfigError`](crate::ConfigError)): in a `const` or
+        /// `static` that is a compile error. Use [`try_new`](Self::try_new) for quotas known only at
+        /// run time.
+        pub const fn new(quota: Quota, clock: C, when_full: WhenFull) -> Self {
+            Self::with_tiers([quota], only_tier::<K>, clock, when_full)
+        }
     }
 
-    /// Like [`new`](Self::new), keeping a protected key's slot for `protection` once its bucket
-    /// is full (a window longer than the word can read is shortened to what it can).
-    /// `Duration::ZERO` turns protection off: any full bucket may be evicted at once.
-    ///
-    /// # Panics
-    ///
-    /// As [`new`](Self::new).
-    pub const fn with_protection(
-        quota: Quota,
-        clock: C,
-        when_full: WhenFull,
-        protection: Duration,
-    ) -> Self {
-        Self::new(quota, clock, when_full).protect_for(protection)
+    crate::const_fn_unless_loom! {
+        /// Like [`new`](Self::new), keeping a protected key's slot for `protection` once its bucket
+        /// is full (a window longer than the word can read is shortened to what it can).
+        /// `Duration::ZERO` turns protection off: any full bucket may be evicted at once.
+        ///
+        /// # Panics
+        ///
+        /// As [`new`](Self::new).
+        pub const fn with_protection(
+            quota: Quota,
+            clock: C,
+            when_full: WhenFull,
+            protection: Duration,
+        ) -> Self {
+            Self::new(quota, clock, when_full).protect_for(protection)
+        }
     }
 
     /// An empty table, or why the quota cannot be used on this clock.
@@ -173,29 +174,31 @@ impl<K: Eq, C: Clock, const N: usize, W: Word, const T: usize> KeyedTable<K, C, 
     /// The most protected keys: three quarters of the slots, rounded up.
     const MAX_PROTECTED: usize = N - N / 4;
 
-    /// An empty table of `T` tiers (1 to 256), for `const` and `static` use: a new key follows
-    /// `tiers[tier_of(&key).0]`. Protects returning keys for a minute.
-    ///
-    /// `tier_of` runs inside the critical section, once per new key: keep it short (a `match`
-    /// on the key, or a read of a static).
-    ///
-    /// # Panics
-    ///
-    /// When a quota cannot be used on this clock, or `T` is 0 or above 256: in a `const` or
-    /// `static` that is a compile error. Use [`try_with_tiers`](Self::try_with_tiers) for
-    /// quotas known only at run time.
-    pub const fn with_tiers(
-        tiers: [Quota; T],
-        tier_of: fn(&K) -> Tier,
-        clock: C,
-        when_full: WhenFull,
-    ) -> Self {
-        let (solved, first, max_burst) =
-            match solve_tiers::<C, W, T>(&tiers, ticks_of::<C>(DEFAULT_PROTECTION)) {
-                Ok(solved) => solved,
-                Err(error) => panic!("{}", error.message()),
-            };
-        Self::from_solved(solved, first, max_burst, tier_of, clock, when_full)
+    crate::const_fn_unless_loom! {
+        /// An empty table of `T` tiers (1 to 256), for `const` and `static` use: a new key follows
+        /// `tiers[tier_of(&key).0]`. Protects returning keys for a minute.
+        ///
+        /// `tier_of` runs inside the critical section, once per new key: keep it short (a `match`
+        /// on the key, or a read of a static).
+        ///
+        /// # Panics
+        ///
+        /// When a quota cannot be used on this clock, or `T` is 0 or above 256: in a `const` or
+        /// `static` that is a compile error. Use [`try_with_tiers`](Self::try_with_tiers) for
+        /// quotas known only at run time.
+        pub const fn with_tiers(
+            tiers: [Quota; T],
+            tier_of: fn(&K) -> Tier,
+            clock: C,
+            when_full: WhenFull,
+        ) -> Self {
+            let (solved, first, max_burst) =
+                match solve_tiers::<C, W, T>(&tiers, ticks_of::<C>(DEFAULT_PROTECTION)) {
+                    Ok(solved) => solved,
+                    Err(error) => panic!("{}", error.message()),
+                };
+            Self::from_solved(solved, first, max_burst, tier_of, clock, when_full)
+        }
     }
 
     /// An empty table of `T` tiers, or why one of the quotas cannot be used on this clock (or
@@ -213,30 +216,32 @@ impl<K: Eq, C: Clock, const N: usize, W: Word, const T: usize> KeyedTable<K, C, 
         ))
     }
 
-    const fn from_solved(
-        tiers: [Solved; T],
-        first: Solved,
-        max_burst: u64,
-        tier_of: fn(&K) -> Tier,
-        clock: C,
-        when_full: WhenFull,
-    ) -> Self {
-        Self {
-            slots: Mutex::new(RefCell::new(Slots {
-                keys: [const { None }; N],
-                tiers: [0; N],
-                protected: [false; N],
-                protected_len: 0,
-            })),
-            users: [const { AtomicU32::new(0) }; N],
-            words: [const { W::UNUSED }; N],
-            overflow: W::UNUSED,
-            tiers,
-            first,
-            tier_of,
-            max_burst,
-            clock,
-            when_full,
+    crate::const_fn_unless_loom! {
+        const fn from_solved(
+            tiers: [Solved; T],
+            first: Solved,
+            max_burst: u64,
+            tier_of: fn(&K) -> Tier,
+            clock: C,
+            when_full: WhenFull,
+        ) -> Self {
+            Self {
+                slots: SlotLock::new(Slots {
+                    keys: [const { None }; N],
+                    tiers: [0; N],
+                    protected: [false; N],
+                    protected_len: 0,
+                }),
+                users: users::<N>(),
+                words: unused_words::<W, N>(),
+                overflow: unused_word::<W>(),
+                tiers,
+                first,
+                tier_of,
+                max_burst,
+                clock,
+                when_full,
+            }
         }
     }
 
@@ -319,8 +324,7 @@ impl<K: Eq, C: Clock, const N: usize, W: Word, const T: usize> KeyedTable<K, C, 
             return Err(SetTierError::UnknownTier { tier, tiers: T });
         };
         let now = self.clock.now();
-        critical_section::with(|cs| {
-            let mut slots = self.slots.borrow_ref_mut(cs);
+        self.slots.with(|slots| {
             let Some(slot) = slots.keys.iter().position(|k| k.as_ref() == Some(key)) else {
                 return Ok(false);
             };
@@ -339,8 +343,7 @@ impl<K: Eq, C: Clock, const N: usize, W: Word, const T: usize> KeyedTable<K, C, 
 
     /// The tier of `key`'s bucket, if the table holds it.
     pub fn tier(&self, key: &K) -> Option<Tier> {
-        critical_section::with(|cs| {
-            let slots = self.slots.borrow_ref(cs);
+        self.slots.with(|slots| {
             let slot = slots.keys.iter().position(|k| k.as_ref() == Some(key))?;
             Some(Tier(slots.tiers[slot]))
         })
@@ -350,9 +353,8 @@ impl<K: Eq, C: Clock, const N: usize, W: Word, const T: usize> KeyedTable<K, C, 
     /// for a key not in the table.
     pub fn available(&self, key: &K) -> u64 {
         let now = self.clock.now();
-        critical_section::with(|cs| {
-            let slots = self.slots.borrow_ref(cs);
-            match slots.keys.iter().position(|k| k.as_ref() == Some(key)) {
+        self.slots.with(
+            |slots| match slots.keys.iter().position(|k| k.as_ref() == Some(key)) {
                 Some(slot) => {
                     let tier = self.solved(slots.tiers[slot]);
                     let p = &tier.layout;
@@ -365,8 +367,8 @@ impl<K: Eq, C: Clock, const N: usize, W: Word, const T: usize> KeyedTable<K, C, 
                     .tiers
                     .get(usize::from((self.tier_of)(key).0))
                     .map_or(0, |tier| tier.quota.start_fill()),
-            }
-        })
+            },
+        )
     }
 
     /// How long until a new key would find room: zero while a slot is free or may be evicted
@@ -375,12 +377,11 @@ impl<K: Eq, C: Clock, const N: usize, W: Word, const T: usize> KeyedTable<K, C, 
     /// comes first. Keys that come meanwhile may take that room first.
     pub fn until_room(&self) -> Duration {
         let now = self.clock.now();
-        let mut ticks = critical_section::with(|cs| {
-            let slots = self.slots.borrow_ref(cs);
+        let mut ticks = self.slots.with(|slots| {
             (0..N)
                 .map(|slot| match slots.keys[slot] {
                     None => 0,
-                    Some(_) => self.ticks_to_evictable(&slots, slot, now),
+                    Some(_) => self.ticks_to_evictable(slots, slot, now),
                 })
                 .min()
                 .unwrap_or(0)
@@ -405,8 +406,7 @@ impl<K: Eq, C: Clock, const N: usize, W: Word, const T: usize> KeyedTable<K, C, 
         for slot in 0..N {
             // Under the critical section the slot cannot be evicted, reset or moved to another
             // tier meanwhile.
-            critical_section::with(|cs| {
-                let slots = self.slots.borrow_ref(cs);
+            self.slots.with(|slots| {
                 if slots.keys[slot].is_some() {
                     let tier = self.solved(slots.tiers[slot]);
                     let now_units = tier.layout.units_at(now);
@@ -438,12 +438,12 @@ impl<K: Eq, C: Clock, const N: usize, W: Word, const T: usize> KeyedTable<K, C, 
 
     /// Keys in the table now.
     pub fn len(&self) -> usize {
-        critical_section::with(|cs| self.slots.borrow_ref(cs).keys.iter().flatten().count())
+        self.slots.with(|slots| slots.keys.iter().flatten().count())
     }
 
     /// Protected keys in the table now: those granted a second time while held.
     pub fn protected_len(&self) -> usize {
-        critical_section::with(|cs| self.slots.borrow_ref(cs).protected_len)
+        self.slots.with(|slots| slots.protected_len)
     }
 
     /// Whether the table holds no key.
@@ -464,6 +464,12 @@ impl<K: Eq, C: Clock, const N: usize, W: Word, const T: usize> KeyedTable<K, C, 
     /// The quota of `tier`, if the table has it.
     pub fn tier_quota(&self, tier: Tier) -> Option<&Quota> {
         self.tiers.get(usize::from(tier.0)).map(|tier| &tier.quota)
+    }
+
+    /// The largest burst of any tier: a request above it can never be granted.
+    #[cfg(feature = "embassy-time")]
+    pub(crate) fn max_burst(&self) -> u64 {
+        self.max_burst
     }
 
     /// The clock the table reads.
@@ -491,8 +497,7 @@ impl<K: Eq, C: Clock, const N: usize, W: Word, const T: usize> KeyedTable<K, C, 
     /// Finds `key`'s slot, or claims a free one, or evicts one, and counts a user in; with
     /// whether the key was already held and not yet protected, and its tier.
     fn enter(&self, key: K, now: u64) -> Result<(usize, bool, u8), NoSlot> {
-        critical_section::with(|cs| {
-            let mut slots = self.slots.borrow_ref_mut(cs);
+        self.slots.with(|slots| {
             let mut free = None;
             for (slot, held) in slots.keys.iter().enumerate() {
                 match held {
@@ -513,7 +518,7 @@ impl<K: Eq, C: Clock, const N: usize, W: Word, const T: usize> KeyedTable<K, C, 
             let slot = match free {
                 Some(slot) => slot,
                 None => {
-                    let slot = self.victim(&slots, now).ok_or(NoSlot::Full)?;
+                    let slot = self.victim(slots, now).ok_or(NoSlot::Full)?;
                     if slots.protected[slot] {
                         slots.protected[slot] = false;
                         slots.protected_len -= 1;
@@ -566,14 +571,40 @@ impl<K: Eq, C: Clock, const N: usize, W: Word, const T: usize> KeyedTable<K, C, 
 
     /// Protects `slot`'s key after its second grant, within the share of protected keys.
     fn promote(&self, slot: usize) {
-        critical_section::with(|cs| {
-            let mut slots = self.slots.borrow_ref_mut(cs);
+        self.slots.with(|slots| {
             if !slots.protected[slot] && slots.protected_len < Self::MAX_PROTECTED {
                 slots.protected[slot] = true;
                 slots.protected_len += 1;
             }
         })
     }
+}
+
+// The table's atomics, built in a `const` (loom's cannot be: under loom, at run time).
+#[cfg(not(loom))]
+const fn users<const N: usize>() -> [AtomicU32; N] {
+    [const { AtomicU32::new(0) }; N]
+}
+#[cfg(not(loom))]
+const fn unused_words<W: Word, const N: usize>() -> [W::Atomic; N] {
+    [const { W::UNUSED }; N]
+}
+#[cfg(not(loom))]
+const fn unused_word<W: Word>() -> W::Atomic {
+    W::UNUSED
+}
+#[cfg(loom)]
+fn users<const N: usize>() -> [AtomicU32; N] {
+    core::array::from_fn(|_| AtomicU32::new(0))
+}
+#[cfg(loom)]
+fn unused_words<W: Word, const N: usize>() -> [W::Atomic; N] {
+    core::array::from_fn(|_| unused_word::<W>())
+}
+/// The never-used mark: the same in every layout of the word `W`.
+#[cfg(loom)]
+fn unused_word<W: Word>() -> W::Atomic {
+    W::cell(crate::engine::word::unused_mark(W::BITS))
 }
 
 /// Every tier solved for the clock `C` and the word `W`, the first again, and the largest burst.

@@ -22,7 +22,7 @@ where
     }
 }
 
-#[cfg(all(feature = "keyed-table", not(loom)))]
+#[cfg(feature = "keyed-table")]
 impl<K: Eq, C: Clock, const N: usize, W: Word, O: Observe>
     Counted<crate::KeyedTable<K, C, N, W>, O>
 {

@@ -4,9 +4,11 @@
 //! line takes its tokens, when they fall due, so a waiter that gives up (a dropped future, a
 //! timeout) leaves nothing behind, whatever waits behind it. The waits themselves are methods of
 //! the buckets: `acquire_blocking` (threads, `std`), `acquire` and `acquire_timeout` (tokio,
-//! `tokio`), `acquire_with_delay` (`embedded-hal`'s `DelayNs`). Without `std` there is no line
-//! (it needs a heap): `acquire_with_delay` sleeps until the tokens are due and then tries, so it
-//! too takes nothing before it acts.
+//! `tokio`), `acquire_with_delay` (`embedded-hal`'s `DelayNs`), and on microcontrollers the
+//! async [`EmbassyWait`] (`embassy-time`) and `acquire_with_async_delay` (`embedded-hal-async`),
+//! whose line needs no heap: [`LINE_CAPACITY`] places in a `static` on a critical section.
+//! `acquire_with_delay` blocks, and has no line: it sleeps until the tokens are due and then
+//! tries, so it too takes nothing before it acts.
 //!
 //! # The seam for remote buckets
 //!
@@ -27,6 +29,8 @@
 //! The local buckets implement [`GiveBack`] with their refund rule: what goes back is what was
 //! taken, less what the burst cap would have cut since, never a token more.
 
+#[cfg(any(feature = "embassy-time", feature = "embedded-hal-async"))]
+mod async_line;
 #[cfg(any(feature = "std", feature = "embedded-hal"))]
 crate::with_atomic64! {
     mod adjustable;
@@ -36,8 +40,14 @@ pub(crate) mod blocking;
 // Only the waits use it, and without them there are none.
 #[cfg(feature = "embedded-hal")]
 mod delay;
+#[cfg(feature = "embedded-hal-async")]
+mod delay_async;
+#[cfg(feature = "embassy-time")]
+mod embassy;
 mod gate;
 mod jitter;
+#[cfg(any(feature = "embassy-time", feature = "embedded-hal-async"))]
+mod line;
 #[cfg(feature = "tokio")]
 mod precise;
 #[cfg(feature = "std")]
@@ -51,10 +61,14 @@ pub(crate) mod tokio;
 pub(crate) use self::blocking::acquire_blocking;
 #[cfg(feature = "embedded-hal")]
 pub(crate) use self::delay::acquire_with_delay;
+#[cfg(feature = "embassy-time")]
+pub use self::embassy::EmbassyWait;
 #[cfg(any(feature = "std", feature = "embedded-hal"))]
 pub(crate) use self::gate::ReserveNow;
 pub use self::gate::{CancelOnDrop, GiveBack, TakeLater};
 pub use self::jitter::Jitter;
+#[cfg(any(feature = "embassy-time", feature = "embedded-hal-async"))]
+pub use self::line::{waiters_in_line, LINE_CAPACITY};
 #[cfg(feature = "tokio")]
 pub use self::remote::{RemoteLine, RemotePlace};
 #[cfg(feature = "tokio")]

@@ -6,5 +6,7 @@
 #![no_std]
 
 pub mod board;
+#[cfg(feature = "embassy")]
+pub mod embassy_driver;
 pub mod size;
 pub mod systick;
