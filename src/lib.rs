@@ -180,9 +180,9 @@
 //!
 //! ## Minimum supported Rust version
 //!
-//! Rust 1.81, with every feature but `embassy-time` (checked in CI with that toolchain), which
-//! needs Rust 1.85: embassy's crates are edition 2024. A change of the minimum
-//! version is a minor version's change while the crate is 0.x.
+//! Rust 1.81, with every feature but `embassy-time`, which needs Rust 1.85 (embassy's crates
+//! are edition 2024); CI checks both with those toolchains. A change of the minimum version is
+//! a minor version's change while the crate is 0.x.
 //!
 //! ## Guarantees
 //!
