@@ -35,7 +35,11 @@ impl fmt::Display for Denied {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Denied::Insufficient { retry_after } => {
-                write!(f, "rate limited: retry after {}", HumanDuration(*retry_after))
+                write!(
+                    f,
+                    "rate limited: retry after {}",
+                    HumanDuration(*retry_after)
+                )
             }
             Denied::ExceedsCapacity { burst } => write!(
                 f,

@@ -378,3 +378,94 @@ fn threads_racing_for_the_last_slot_with_one_new_key_all_find_its_bucket() {
         assert_eq!(limiter.available(&1_000), 6);
     }
 }
+
+#[path = "keyed/gate.rs"]
+mod gate;
+
+/// A thread reads the clock, then waits (on the shard's lock, or descheduled) while the key is
+/// drained, refills, is evicted and comes back: the bucket it then makes for the key starts at
+/// a reading taken under the lock that makes it, not at its own stale one, which would undo
+/// the grants made in between. 1/s, burst 2: at most 2 + 3 = 5 tokens over [0 s, 3 s].
+#[test]
+fn a_reader_delayed_past_an_eviction_never_mints() {
+    let quota = Quota::new(Rate::per_second(1)).burst(2);
+    let by_sweep = |limiter: &KeyedLimiter<u64, &gate::GateClock>| {
+        assert_eq!(limiter.sweep(), 2);
+    };
+    // At the capacity, the newcomer's round evicts both full buckets and takes one slot.
+    let by_newcomer = |limiter: &KeyedLimiter<u64, &gate::GateClock>| {
+        assert_eq!(limiter.len(), 2);
+        assert_eq!(limiter.try_acquire(&99, 1), Ok(()));
+    };
+    let evictions: [&dyn Fn(&KeyedLimiter<u64, &gate::GateClock>); 2] = [&by_sweep, &by_newcomer];
+    for evict in evictions {
+        let clock = gate::GateClock::new();
+        // No protection: the key's second grant protects it, and it must go once full.
+        let limiter = KeyedLimiter::<u64, _>::builder(quota, &clock)
+            .capacity(2)
+            .shards(1)
+            .protection(Duration::ZERO)
+            .build()
+            .unwrap();
+        let key = 7u64;
+        let mut granted = 0;
+        std::thread::scope(|scope| {
+            assert_eq!(limiter.try_acquire(&key, 2), Ok(()));
+            granted += 2;
+            assert_eq!(
+                limiter.try_acquire(&98, 1),
+                Ok(()),
+                "another key, full at 1 s"
+            );
+            clock.advance(Duration::from_secs(1));
+            // Reads 1 s, then waits.
+            let late = gate::hold(scope, || limiter.try_acquire(&key, 2));
+            assert_eq!(
+                limiter.try_acquire(&key, 1),
+                Ok(()),
+                "one token back at 1 s"
+            );
+            granted += 1;
+            clock.advance(Duration::from_secs(2)); // full again at 3 s
+            evict(&limiter);
+            assert_eq!(
+                limiter.tier(&key),
+                None,
+                "the full bucket is evicted at 3 s"
+            );
+            if late.release().is_ok() {
+                granted += 2;
+            }
+            while limiter.try_acquire(&key, 1).is_ok() {
+                granted += 1;
+            }
+        });
+        assert_eq!(granted, 5, "burst 2 + 1/s × 3 s over [0 s, 3 s]");
+    }
+}
+
+/// A key moved to a faster tier is evictable as soon as it is full on that tier: the round of
+/// sweeps that frees its slot is brought forward to then, not left at its old tier's time.
+#[test]
+fn a_key_moved_to_a_faster_tier_is_evictable_when_full_on_it() {
+    let clock = ManualClock::new();
+    let slow = Quota::new(Rate::per_second(1)).burst(1);
+    let fast = Quota::new(Rate::per_second(4)).burst(1);
+    let limiter = KeyedLimiter::<u64, _>::builder(slow, &clock)
+        .capacity(1)
+        .shards(1)
+        .tiers([fast], |_| tollgate::Tier(0))
+        .build()
+        .unwrap();
+    let full = Err(KeyedDenied::Full { capacity: 1 });
+    assert_eq!(limiter.try_acquire(&1, 1), Ok(())); // full again at 1 000 ms on its tier
+    assert_eq!(limiter.try_acquire(&2, 1), full);
+    // Empty, at 4/s: full at 250 ms.
+    assert_eq!(limiter.set_tier(&1, tollgate::Tier(1)), Ok(true));
+    clock.advance(Duration::from_millis(249));
+    assert_eq!(limiter.try_acquire(&2, 1), full, "at 249 ms");
+    clock.advance(Duration::from_millis(1));
+    assert_eq!(limiter.try_acquire(&2, 1), Ok(()), "at 250 ms");
+    assert_eq!(limiter.tier(&1), None);
+    assert_eq!(limiter.len(), 1);
+}

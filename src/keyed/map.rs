@@ -29,7 +29,8 @@ use crate::engine::cell::WordCell;
 pub use builder::KeyedLimiterBuilder;
 pub use hasher::KeyHasher;
 use tables::{
-    insert, on_shards, planned_keys, retain, shard_bits, shard_map, shrink, Shard, Slot, Tables,
+    grow, insert, on_shards, planned_keys, retain, shard_bits, shard_map, shrink, Shard, Slot,
+    Tables,
 };
 
 /// A concurrent per-key limiter for servers: one bucket per client, address or API key, all on
@@ -347,19 +348,27 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word, S: BuildHasher> KeyedLimiter<K, C,
         let hash = self.hasher.hash_one(key);
         let index = self.shard_index(hash);
         on_shards!(&self.tables, shards => {
-            let mut entries = shards[index].write();
+            let shard = &shards[index];
+            let mut entries = shard.write();
             let entries = &mut *entries;
-            let entry = match entries.protected.find_mut(hash, |e| e.key() == key) {
-                Some(entry) => entry,
+            let (entry, protected) = match entries.protected.find_mut(hash, |e| e.key() == key) {
+                Some(entry) => (entry, true),
                 None => match entries.fresh.find_mut(hash, |e| e.key() == key) {
-                    Some(entry) => entry,
+                    Some(entry) => (entry, false),
                     None => return Ok(false),
                 },
             };
             // Under the write lock no call is between reading the tier and updating the word.
+            let now = self.clock.now();
             let from = &self.solved_of(entry).layout;
-            let word = converted(from, &to.layout, W::load(entry.word()), self.clock.now());
+            let word = converted(from, &to.layout, W::load(entry.word()), now);
             entry.replace(word, tier.0);
+            // On its new tier the bucket may be evictable before the round its old tier set.
+            let p = &to.layout;
+            let units = units_to_evictable(p, word, p.units_at(now), to.guard(protected));
+            let evictable = now.wrapping_add(p.ticks_until(now, units));
+            lower(&shard.due_ticks, now, evictable);
+            lower(&self.next_room_ticks, now, evictable);
             Ok(true)
         })
     }
@@ -471,18 +480,20 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word, S: BuildHasher> KeyedLimiter<K, C,
         super::solved::idle_horizon::<C>(&self.tiers)
     }
 
-    /// Keys held now.
+    /// Keys held now, never more than the [`capacity`](Self::capacity): the count that the cap
+    /// itself keeps. While other threads add and evict keys it counts a key from the moment a
+    /// thread reserves its slot (just before the key is in its table) until its eviction is
+    /// complete, so it is never below the keys in the tables, and a reading at the capacity is
+    /// what makes a newcomer [`Full`](KeyedDenied::Full). With no call running, it is exactly
+    /// the keys held.
     pub fn len(&self) -> usize {
-        on_shards!(&self.tables, shards => {
-            shards.iter().map(|shard| shard.read().len()).sum()
-        })
+        self.held.load(Ordering::Relaxed)
     }
 
-    /// Protected keys held now: those granted a second time while held.
+    /// Protected keys held now (those granted a second time while held), never more than their
+    /// share of three quarters of the capacity; counted as [`len`](Self::len) counts keys.
     pub fn protected_len(&self) -> usize {
-        on_shards!(&self.tables, shards => {
-            shards.iter().map(|shard| shard.read().protected.len()).sum()
-        })
+        self.protected_held.load(Ordering::Relaxed)
     }
 
     /// Whether no key is held.
@@ -595,12 +606,16 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word, S: BuildHasher> KeyedLimiter<K, C,
     #[cold]
     fn promote<E: Slot<Key = K>>(&self, shard: &Shard<E>, hash: u64, key: &K) {
         let mut entries = shard.write();
+        let entries = &mut *entries;
         if entries.fresh.find(hash, |e| e.key() == key).is_none() {
             return; // evicted meanwhile
         }
-        if !reserve(&self.protected_held, self.max_protected) {
+        let Some(reserved) = Reserved::new(&self.protected_held, self.max_protected) else {
             return;
-        }
+        };
+        // Room first, so that a panicking `Hash` or `Eq` unwinds before the entry moves (and
+        // the reservation gives its count back).
+        grow(&mut entries.protected, shard.planned, &self.hasher);
         if let Some(entry) = entries.fresh.remove(hash, |e| e.key() == key) {
             insert(
                 &mut entries.protected,
@@ -609,6 +624,7 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word, S: BuildHasher> KeyedLimiter<K, C,
                 shard.planned,
                 &self.hasher,
             );
+            reserved.keep();
         }
     }
 
@@ -645,11 +661,18 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word, S: BuildHasher> KeyedLimiter<K, C,
                 // Added by another thread since the read lock was dropped.
                 return self.take(entry, now, n);
             }
-            if !reserve(&self.held, self.capacity) {
+            let Some(slot) = Reserved::new(&self.held, self.capacity) else {
                 continue;
-            }
+            };
+            // A panicking `Clone` or `Hash` (growing the table rehashes its keys) unwinds from
+            // here with the table whole: the reservation gives its slot back.
             let entry = E::new(key.clone(), p.unused(), tier.0);
             let word = insert(&mut entries.fresh, hash, entry, shard.planned, &self.hasher).word();
+            slot.keep();
+            // The new bucket starts full at a reading taken under the lock that made it: `now`
+            // was read before the lock, and the key may have been evicted since then, after a
+            // grant at a later reading that a bucket anchored at `now` would undo.
+            let now = self.clock.now();
             let result = WordCell::<W>::new(word, p)
                 .try_take::<C>(now, cost)
                 .map_err(KeyedDenied::from);
@@ -724,18 +747,23 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word, S: BuildHasher> KeyedLimiter<K, C,
             to_evictable_ticks.push(p.ticks_until(now, units));
             true
         };
-        let before = (entries.protected.len(), entries.fresh.len());
+        // Each table's evictions are counted as soon as they are made: a panicking `Hash` in
+        // the second unwinds with the first's given back (and evicts nothing from the second).
+        let before = entries.fresh.len();
         retain(&mut entries.fresh, |entry| keep(entry, false), &self.hasher);
+        let fresh = before - entries.fresh.len();
+        self.held.fetch_sub(fresh, Ordering::Relaxed);
+        let before = entries.protected.len();
         retain(
             &mut entries.protected,
             |entry| keep(entry, true),
             &self.hasher,
         );
-        let unprotected = before.0 - entries.protected.len();
-        let evicted = unprotected + before.1 - entries.fresh.len();
+        let unprotected = before - entries.protected.len();
         self.protected_held
             .fetch_sub(unprotected, Ordering::Relaxed);
-        self.held.fetch_sub(evicted, Ordering::Relaxed);
+        self.held.fetch_sub(unprotected, Ordering::Relaxed);
+        let evicted = fresh + unprotected;
         shrink(&mut entries.protected, &self.hasher);
         shrink(&mut entries.fresh, &self.hasher);
         // Not again until a sixteenth of what is left may go: a flood against a full limiter
@@ -762,13 +790,32 @@ impl Drop for RoundGuard<'_> {
     }
 }
 
-/// Adds one to `count` if it is below `max`; whether it did.
-fn reserve(count: &AtomicUsize, max: usize) -> bool {
-    count
-        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
-            (n < max).then_some(n + 1)
-        })
-        .is_ok()
+/// One counted on a count of keys, given back when dropped unless [`keep`](Self::keep) says
+/// the key is in its table: a panic between the two (in a key's `Clone`, `Hash` or `Eq`)
+/// leaks no count.
+struct Reserved<'a>(&'a AtomicUsize);
+
+impl<'a> Reserved<'a> {
+    /// Adds one to `count` if it is below `max`.
+    fn new(count: &'a AtomicUsize, max: usize) -> Option<Self> {
+        count
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Reserved(count))
+    }
+
+    /// The key is in its table: the count stays.
+    fn keep(self) {
+        core::mem::forget(self);
+    }
+}
+
+impl Drop for Reserved<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// Moves `hint` to `at` if that is earlier, as seen from `now` on a clock that may wrap.
