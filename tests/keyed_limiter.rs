@@ -469,3 +469,169 @@ fn a_key_moved_to_a_faster_tier_is_evictable_when_full_on_it() {
     assert_eq!(limiter.tier(&1), None);
     assert_eq!(limiter.len(), 1);
 }
+
+/// Which of a key's traits panics.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Trait {
+    Hash,
+    Eq,
+    Clone,
+}
+
+std::thread_local! {
+    /// While a step runs: the trait that panics, at which of its calls, and its calls so far.
+    static CHAOS: std::cell::Cell<Option<(Trait, u32, u32)>> = const { std::cell::Cell::new(None) };
+}
+
+/// Counts a call of `which` and panics if it is the one chosen.
+fn call(which: Trait) {
+    if let Some((chosen, at, calls)) = CHAOS.get() {
+        if chosen == which {
+            CHAOS.set(Some((chosen, at, calls + 1)));
+            if calls + 1 == at {
+                panic!("{which:?} panics at its call {at}");
+            }
+        }
+    }
+}
+
+/// A key whose `Hash`, `Eq` or `Clone` panics when the test says so.
+#[derive(Debug)]
+struct Touchy(u64);
+
+impl std::hash::Hash for Touchy {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        call(Trait::Hash);
+        self.0.hash(state);
+    }
+}
+
+impl PartialEq for Touchy {
+    fn eq(&self, other: &Self) -> bool {
+        call(Trait::Eq);
+        self.0 == other.0
+    }
+}
+
+impl Eq for Touchy {}
+
+impl Clone for Touchy {
+    fn clone(&self) -> Self {
+        call(Trait::Clone);
+        Touchy(self.0)
+    }
+}
+
+/// A panicking `Hash`, `Eq` or `Clone`, at every call it makes in turn over a script that grows
+/// both tables of a shard, protects keys, sweeps and refills, leaves the limiter with every
+/// other key and its whole capacity: the count reads the keys held, every key held and not full
+/// before a step that panicked (but the step's own) is held after it, and once all are evicted the
+/// limiter holds its capacity of new keys and protects its share of them.
+#[test]
+fn a_key_whose_hash_eq_or_clone_panics_takes_no_other_key_and_no_capacity() {
+    // The panics are the test's own: not printed.
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let ours = info.payload().downcast_ref::<String>();
+        if !ours.is_some_and(|message| message.contains(" panics at its call ")) {
+            report(info);
+        }
+    }));
+    const CAPACITY: usize = 16;
+    const PROTECTED: usize = CAPACITY - CAPACITY / 4;
+    enum Step {
+        Take(u64),
+        Advance(u64),
+        Sweep,
+    }
+    // Eight keys fill a group of seven and grow the table; their second grants protect them and
+    // grow the protected table; the sweep rehashes what it evicts.
+    let mut script: Vec<Step> = Vec::new();
+    script.extend((0..8).map(Step::Take));
+    script.extend((0..8).map(Step::Take));
+    script.extend([Step::Advance(2_000), Step::Sweep]);
+    script.extend((8..16).map(Step::Take));
+    script.extend([Step::Advance(2_000)]);
+    script.extend((16..24).map(Step::Take));
+    script.extend([Step::Take(3), Step::Sweep]);
+    let quota = Quota::new(Rate::per_second(1)).burst(2);
+    let keys = 0..24u64;
+    let run = |chaos: Option<(Trait, u32)>| -> (u32, bool) {
+        let clock = ManualClock::new();
+        let limiter = KeyedLimiter::<Touchy, _>::builder(quota, &clock)
+            .capacity(CAPACITY)
+            .shards(1)
+            .protection(Duration::from_secs(1))
+            .build()
+            .unwrap();
+        let held = |limiter: &KeyedLimiter<Touchy, &ManualClock>| -> Vec<u64> {
+            keys.clone()
+                .filter(|&k| limiter.tier(&Touchy(k)).is_some())
+                .collect()
+        };
+        let (mut calls, mut panicked) = (0, false);
+        for step in &script {
+            // Eviction takes only full buckets: these must stay.
+            let before: Vec<u64> = held(&limiter)
+                .into_iter()
+                .filter(|&k| limiter.available(&Touchy(k)) < 2)
+                .collect();
+            CHAOS.set(chaos.map(|(which, at)| (which, at, calls)));
+            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match step {
+                Step::Take(key) => drop(limiter.try_acquire(&Touchy(*key), 1)),
+                Step::Advance(ms) => clock.advance(Duration::from_millis(*ms)),
+                Step::Sweep => drop(limiter.sweep()),
+            }));
+            calls = CHAOS.take().map_or(0, |(_, _, calls)| calls);
+            let after = held(&limiter);
+            assert_eq!(
+                limiter.len(),
+                after.len(),
+                "{chaos:?}: the count is the keys held"
+            );
+            if result.is_err() {
+                panicked = true;
+                if let Step::Take(key) = step {
+                    let lost: Vec<_> = before
+                        .iter()
+                        .filter(|&k| k != key && !after.contains(k))
+                        .collect();
+                    assert!(lost.is_empty(), "{chaos:?}: keys {lost:?} lost");
+                }
+            }
+        }
+        // Everything full and past its window: all of it goes, and every count with it.
+        clock.advance(Duration::from_secs(10));
+        limiter.sweep();
+        assert_eq!(
+            (limiter.len(), limiter.protected_len()),
+            (0, 0),
+            "{chaos:?}"
+        );
+        for key in 100..100 + CAPACITY as u64 {
+            assert_eq!(
+                limiter.try_acquire(&Touchy(key), 1),
+                Ok(()),
+                "{chaos:?}: {key}"
+            );
+        }
+        let full = Err(KeyedDenied::Full { capacity: CAPACITY });
+        assert_eq!(limiter.try_acquire(&Touchy(999), 1), full, "{chaos:?}");
+        for key in 100..100 + CAPACITY as u64 {
+            assert_eq!(
+                limiter.try_acquire(&Touchy(key), 1),
+                Ok(()),
+                "{chaos:?}: {key}"
+            );
+        }
+        assert_eq!(limiter.protected_len(), PROTECTED, "{chaos:?}");
+        (calls, panicked)
+    };
+    for which in [Trait::Hash, Trait::Eq, Trait::Clone] {
+        let (calls, _) = run(Some((which, 0)));
+        assert!(calls > 20, "{which:?} is called {calls} times");
+        for at in 1..=calls {
+            assert!(run(Some((which, at))).1, "{which:?} at its call {at}");
+        }
+    }
+}
