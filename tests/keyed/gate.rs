@@ -6,7 +6,7 @@
 
 #![allow(dead_code)] // each test uses its own part
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::thread::{Scope, ScopedJoinHandle};
@@ -23,6 +23,8 @@ pub struct GateClock {
 thread_local! {
     /// On a held thread: where to say "read", and where the word to go on comes from.
     static GATE: RefCell<Option<(Sender<()>, Receiver<()>)>> = const { RefCell::new(None) };
+    /// The thread's last reading.
+    static LAST: Cell<u64> = const { Cell::new(0) };
 }
 
 impl GateClock {
@@ -46,6 +48,7 @@ impl Clock for GateClock {
 
     fn now(&self) -> u64 {
         let ns = self.ns.load(Ordering::SeqCst);
+        LAST.set(ns);
         // A held thread stops here, its reading taken, until the test lets it go.
         if let Some((read, go)) = GATE.with(|gate| gate.borrow_mut().take()) {
             let _ = read.send(());
@@ -58,7 +61,7 @@ impl Clock for GateClock {
 /// A call running on its own thread, held just after its first reading of a [`GateClock`].
 pub struct Held<'scope, T> {
     go: Sender<()>,
-    thread: ScopedJoinHandle<'scope, T>,
+    thread: ScopedJoinHandle<'scope, (T, u64)>,
 }
 
 /// Starts `call` on a thread of `scope` and returns once it has read the clock (or finished
@@ -77,7 +80,7 @@ pub fn hold<'scope, T: Send + 'scope>(
         if let Some((read, _)) = GATE.with(|gate| gate.borrow_mut().take()) {
             let _ = read.send(());
         }
-        result
+        (result, LAST.get())
     });
     read_rx
         .recv()
@@ -86,8 +89,10 @@ pub fn hold<'scope, T: Send + 'scope>(
 }
 
 impl<T> Held<'_, T> {
-    /// Lets the call go on with the reading it took, and waits for its result.
-    pub fn release(self) -> T {
+    /// Lets the call go on with the reading it took, and waits for its result and the last
+    /// reading it took (the one a grant was made at: the held one, or a fresh one the call took
+    /// after it).
+    pub fn release(self) -> (T, u64) {
         let _ = self.go.send(());
         self.thread.join().expect("the held call panicked")
     }
