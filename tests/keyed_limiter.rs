@@ -70,11 +70,13 @@ fn a_flood_of_a_million_new_keys_stays_within_the_cap_and_a_steady_key_keeps_its
 fn only_full_buckets_are_evicted() {
     let clock = ManualClock::new();
     let quota = Quota::new(Rate::per_second(1)).burst(2);
-    // One shard of two keys, so that the cap is exact for this small case.
+    // One shard of two keys, so that the cap is exact for this small case; no probation, so
+    // that a full bucket may go at once.
     let limiter = KeyedLimiter::builder(quota, &clock)
         .capacity(2)
         .when_full(WhenFull::Refuse)
         .shards(1)
+        .probation(Duration::ZERO)
         .build()
         .unwrap();
     let full = Err(KeyedDenied::Full { capacity: 2 });
@@ -389,15 +391,16 @@ mod gate;
 #[test]
 fn a_reader_delayed_past_an_eviction_never_mints() {
     let quota = Quota::new(Rate::per_second(1)).burst(2);
-    let by_sweep = |limiter: &KeyedLimiter<u64, &gate::GateClock>| {
+    type Gated<'c> = KeyedLimiter<u64, &'c gate::GateClock>;
+    let by_sweep = |limiter: &Gated| {
         assert_eq!(limiter.sweep(), 2);
     };
     // At the capacity, the newcomer's round evicts both full buckets and takes one slot.
-    let by_newcomer = |limiter: &KeyedLimiter<u64, &gate::GateClock>| {
+    let by_newcomer = |limiter: &Gated| {
         assert_eq!(limiter.len(), 2);
         assert_eq!(limiter.try_acquire(&99, 1), Ok(()));
     };
-    let evictions: [&dyn Fn(&KeyedLimiter<u64, &gate::GateClock>); 2] = [&by_sweep, &by_newcomer];
+    let evictions: [&dyn Fn(&Gated); 2] = [&by_sweep, &by_newcomer];
     for evict in evictions {
         let clock = gate::GateClock::new();
         // No protection: the key's second grant protects it, and it must go once full.
@@ -454,6 +457,7 @@ fn a_key_moved_to_a_faster_tier_is_evictable_when_full_on_it() {
     let limiter = KeyedLimiter::<u64, _>::builder(slow, &clock)
         .capacity(1)
         .shards(1)
+        .probation(Duration::ZERO)
         .tiers([fast], |_| tollgate::Tier(0))
         .build()
         .unwrap();

@@ -48,17 +48,24 @@ use tables::{
 /// key or shard do not wait for each other.
 /// Only adding a key, protecting it, and eviction take a shard's write lock.
 ///
-/// The policy (the fixed-capacity `KeyedTable`'s is the same):
+/// The policy (the fixed-capacity `KeyedTable`'s, but for probation and rounds):
 ///
 /// - A key granted a second time while held becomes *protected*, up to three quarters of the
 ///   capacity. A protected bucket is evicted only once it has been full for the protection
 ///   window (a minute, or [`with_protection`](Self::with_protection)): a client within its
 ///   quota keeps its bucket, and its exact rate, through any flood of new keys.
+/// - Any other bucket is evicted only once it has been full for the *probation* window (a
+///   second, or [`probation`](KeyedLimiterBuilder::probation)), so that a client that first
+///   appears as a flood of new keys starts is still held at its next request, and protected from
+///   then on, if its requests come no further apart than its bucket's refill time plus the
+///   window. Without it the flood takes every slot eviction frees within microseconds, each
+///   flood key's bucket stays short of full as long as the client's, and the client is evicted
+///   before its second grant at every request.
 /// - The cap is global: one count of keys across shards, so [`KeyedDenied::Full`] means
 ///   [`len`](Self::len) is at the capacity, whatever the shard count or the host.
 /// - A new key that finds the limiter at its capacity starts a round of sweeps over the
-///   shards that are due: each evicts its full unprotected buckets and its protected ones past
-///   their window, and records when a sixteenth of what it kept will be evictable; no round
+///   shards that are due: each evicts every bucket past its window (probation or protection),
+///   and records when a sixteenth of what it kept will be evictable; no round
 ///   starts before the earliest of those. A flood costs two lookups per refused key, both
 ///   under the shard's shared lock (the newcomers of a flood wait for no write lock), and one
 ///   scan per sixteenth of a shard freed, never a scan per key. If nothing could be freed
@@ -434,8 +441,8 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word, S: BuildHasher> KeyedLimiter<K, C,
         ticks_to_duration_ceil::<C>(ticks)
     }
 
-    /// Evicts every full bucket that is not protected, and every protected one full for longer
-    /// than the protection window; returns how many. Changes no decision for them.
+    /// Evicts every bucket full for longer than its window (probation, or protection for a
+    /// protected one); returns how many. Changes no decision for them.
     ///
     /// Takes each shard's write lock in turn, for one pass over its keys, shrinks its tables
     /// when eviction left them mostly empty, and re-anchors the buckets it keeps as
@@ -456,7 +463,7 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word, S: BuildHasher> KeyedLimiter<K, C,
     }
 
     /// Keeps every held bucket readable for another [`idle_horizon`](Self::idle_horizon):
-    /// re-anchors each bucket full for longer than the protection window, keeping how long it
+    /// re-anchors each bucket full for longer than the longer window, keeping how long it
     /// has been full up to the window. Changes no decision and evicts nothing; takes each
     /// shard's lock for reading only.
     ///
@@ -586,10 +593,10 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word, S: BuildHasher> KeyedLimiter<K, C,
             .map_err(KeyedDenied::from)
     }
 
-    /// Re-anchors a bucket of `tier` full for longer than its protection window.
+    /// Re-anchors a bucket of `tier` full for longer than its longer window.
     fn touch(&self, word: &W::Atomic, tier: &Solved, now: u64) {
         let p = &tier.layout;
-        touch_word::<W>(word, p, p.units_at(now), tier.protection_units);
+        touch_word::<W>(word, p, p.units_at(now), tier.kept_age_units());
     }
 
     /// The shard of a key of this hash.
@@ -746,7 +753,7 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word, S: BuildHasher> KeyedLimiter<K, C,
             if units == 0 {
                 return false;
             }
-            touch_word::<W>(entry.word(), p, now_units, tier.protection_units);
+            touch_word::<W>(entry.word(), p, now_units, tier.kept_age_units());
             to_evictable_ticks.push(p.ticks_until(now, units));
             true
         };
@@ -888,9 +895,9 @@ mod tests {
         let full = Err(KeyedDenied::Full { capacity: 16 });
         assert_eq!(limiter.try_acquire(&hot[16], 1), full);
         assert_eq!(limiter.try_acquire(&cold, 1), full, "the cap is global");
-        // Once the hot shard's buckets are full again, the round of sweeps the next newcomer
-        // starts frees them for a key on any shard.
-        clock.advance(Duration::from_secs(1));
+        // Once the hot shard's buckets have been full for the probation window, the round of
+        // sweeps the next newcomer starts frees them for a key on any shard.
+        clock.advance(Duration::from_secs(2));
         assert_eq!(limiter.try_acquire(&cold, 1), Ok(()));
         assert_eq!(limiter.len(), 1);
     }

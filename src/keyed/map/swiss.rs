@@ -424,7 +424,8 @@ impl<E> SwissTable<E> {
         }
         // Every entry is hashed before any moves, so a panicking hash leaves this table whole
         // and the new one empty.
-        let hashes: Vec<u64> = self.iter().map(rehash).collect();
+        let mut hashes = Vec::with_capacity(self.len);
+        hashes.extend(self.iter().map(rehash));
         let mut hashes = hashes.into_iter();
         for group in 0..self.groups {
             for slot in 0..Self::SLOTS {
