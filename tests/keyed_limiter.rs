@@ -644,3 +644,40 @@ fn a_key_whose_hash_eq_or_clone_panics_takes_no_other_key_and_no_capacity() {
         }
     }
 }
+
+/// A bucket that is not protected stays for the probation window once full, and the time a
+/// refused newcomer is told to wait counts it: capacity 1, 1/s, burst 1, a second of probation.
+#[test]
+fn an_unprotected_bucket_goes_once_full_for_the_probation_window_and_until_room_says_when() {
+    let clock = ManualClock::new();
+    let quota = Quota::new(Rate::per_second(1)).burst(1);
+    let limiter = KeyedLimiter::<u64, _>::builder(quota, &clock)
+        .capacity(1)
+        .shards(1)
+        .probation(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let full = Err(KeyedDenied::Full { capacity: 1 });
+    assert_eq!(limiter.try_acquire(&1, 1), Ok(())); // full again at 1 s
+                                                    // (ms since start, newcomer, its answer, until_room after it)
+    let rows = [
+        (0, 2, full, 2_000),
+        (1_000, 2, full, 1_000), // 1 is full, on probation
+        (1_999, 2, full, 1),
+        (2_000, 2, Ok(()), 2_000), // 1 evicted; 2 full at 3 s, evictable at 4 s
+        (3_000, 3, full, 1_000),
+        (4_000, 3, Ok(()), 2_000),
+    ];
+    let mut at = 0;
+    for (ms, key, expected, room_ms) in rows {
+        clock.advance(Duration::from_millis(ms - at));
+        at = ms;
+        assert_eq!(limiter.try_acquire(&key, 1), expected, "{key} at {ms} ms");
+        assert_eq!(
+            limiter.until_room(),
+            Duration::from_millis(room_ms),
+            "at {ms} ms"
+        );
+    }
+    assert_eq!(limiter.tier(&1), None);
+}

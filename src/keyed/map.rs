@@ -686,8 +686,10 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word, S: BuildHasher> KeyedLimiter<K, C,
             let result = WordCell::<W>::new(word, p)
                 .try_take::<C>(now, cost)
                 .map_err(KeyedDenied::from);
-            // The new bucket may be evictable before the shard's next sweep was due.
-            let evictable = now.wrapping_add(p.ticks_to_full(W::load(word), now));
+            // The new bucket may be evictable (full, and past its probation window) before the
+            // shard's next sweep was due.
+            let units = units_to_evictable(p, W::load(word), p.units_at(now), solved.guard(false));
+            let evictable = now.wrapping_add(p.ticks_until(now, units));
             lower(&shard.due_ticks, now, evictable);
             lower(&self.next_room_ticks, now, evictable);
             return result;
