@@ -20,11 +20,8 @@ use crate::engine::sync::Ordering;
 use crate::engine::word::{DefaultWord, Word};
 use crate::{Denied, Quota};
 
-#[cfg(feature = "keyed-hashbrown")]
-mod brown;
 mod builder;
 mod hasher;
-#[cfg_attr(feature = "keyed-hashbrown", allow(dead_code))]
 mod swiss;
 mod tables;
 

@@ -9,9 +9,6 @@ use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 // Not `crate::sync`: a hint beside the buckets, never a bucket's state.
 use portable_atomic::AtomicU64;
 
-#[cfg(feature = "keyed-hashbrown")]
-use super::brown::BrownTable as SwissTable;
-#[cfg(not(feature = "keyed-hashbrown"))]
 use super::swiss::SwissTable;
 use crate::engine::word::Word;
 
