@@ -126,6 +126,8 @@ use tables::{
 /// assert_eq!(per_client.len(), 2);
 ///
 /// clock.advance(Duration::from_secs(1)); // both buckets are full again
+/// assert_eq!(per_client.sweep(), 0); // kept for the probation window, a second
+/// clock.advance(Duration::from_secs(1));
 /// assert_eq!(per_client.sweep(), 2);
 /// assert!(per_client.is_empty());
 /// # Ok::<(), tollgate::KeyedConfigError>(())
