@@ -525,10 +525,10 @@ impl Stretch {
 /// The limiter against the rule each key's grants must keep, with what the model above leaves
 /// out: a capacity below the keys, so that buckets are evicted and made anew (on the tier the
 /// tier function picks), newcomers whose rounds of sweeps evict, sweeps, both policies,
-/// protection on and off, and *delayed readers*: calls that read the clock, then wait while
-/// other calls run (moves, evictions, grants to the same key), and then go on with their stale
-/// reading. Over every span on one tier, a key's grants (each placed at its call's reading)
-/// keep to the tier's burst + rate × the span, across its buckets' evictions.
+/// protection and probation on and off, and *delayed readers*: calls that read the clock, then
+/// wait while other calls run (moves, evictions, grants to the same key), and then go on with
+/// their stale reading. Over every span on one tier, a key's grants (each placed at its call's
+/// last reading) keep to the tier's burst + rate × the span, across its buckets' evictions.
 #[test]
 fn evictions_tier_moves_and_delayed_readers_never_mint() {
     let mut steps = 0u64;
@@ -559,6 +559,7 @@ fn evictions_and_delayed_readers(
         .shards(shards)
         .when_full(when_full)
         .protection(Duration::from_millis(protection_ms))
+        .probation(Duration::from_millis(protection_ms))
         .tiers([PAID, STRICT], plan)
         .build()
         .unwrap();

@@ -228,7 +228,8 @@ impl<K: Hash + Eq + Clone, C: Clock> KeyedLimiter<K, C> {
 impl<K: Hash + Eq + Clone, C: Clock, W: Word, S: BuildHasher> KeyedLimiter<K, C, W, S> {
     /// Keeps a protected key's bucket for `protection` once it is full (a window longer than
     /// the word can read is shortened to what it can). `Duration::ZERO` turns protection off:
-    /// any full bucket may be evicted at once.
+    /// a protected bucket may then be evicted once full, and any other once full for the
+    /// [probation](KeyedLimiterBuilder::probation) window.
     pub fn with_protection(mut self, protection: Duration) -> Self {
         let ticks = duration_to_ticks_floor::<C>(protection);
         for tier in self.tiers.iter_mut() {
