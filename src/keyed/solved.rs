@@ -50,13 +50,16 @@ impl Solved {
         self
     }
 
-    /// The same tier keeping a bucket that is not protected for `probation_ticks` once full.
+    /// The same tier keeping a bucket that is not protected for `probation_ticks` once full
+    /// (a `KeyedLimiter`'s window; the fixed table has none).
+    #[cfg(feature = "std")]
     pub const fn on_probation(mut self, probation_ticks: u64) -> Self {
         self.probation_units = Self::units_of(&self.layout, probation_ticks);
         self
     }
 
     /// How long a bucket may be kept full and still read as full that long: the longer window.
+    #[cfg(feature = "std")]
     pub fn kept_age_units(&self) -> u64 {
         if self.protection_units > self.probation_units {
             self.protection_units
