@@ -34,9 +34,10 @@ fn the_cap_is_the_cap_on_every_shard_count() {
             let full = Err(KeyedDenied::Full { capacity });
             assert_eq!(limiter.try_acquire(&u64::MAX, 1), full, "{at}");
             assert_eq!(limiter.len(), capacity, "{at}");
-            // A tenth of a second later every bucket is full again: as many new keys take their
-            // slots, the count stays at the cap, and the one after is refused again.
-            clock.advance(100 * MS);
+            // A tenth of a second later every bucket is full again, and a second (the probation
+            // window) after that may go: as many new keys take their slots, the count stays at
+            // the cap, and the one after is refused again.
+            clock.advance(1_100 * MS);
             for key in capacity as u64..2 * capacity as u64 {
                 assert_eq!(limiter.try_acquire(&key, 1), Ok(()), "key {key}, {at}");
                 assert!(limiter.len() <= capacity, "{at}");
@@ -377,4 +378,52 @@ fn prefix_keys_give_a_whole_network_one_key() {
         .count();
     assert_eq!(granted, 10); // one burst
     assert_eq!(limiter.len(), 1);
+}
+
+/// A polite client that first appears when a flood of new keys starts (a million a second, each
+/// taking a token, against a capacity of 10 000): its first grant is evicted with the flood's
+/// first keys once its bucket is full, and each of its later requests comes back to a limiter
+/// at its capacity whose freed slots the flood takes within microseconds. The limiter remembers
+/// the keys it evicted lately, so the client takes an evictable bucket's slot at once: served
+/// from its second request on (at least 99 %: here every one), under either policy.
+#[test]
+fn a_client_that_first_appears_when_a_flood_starts_is_served_from_its_second_request() {
+    const NEW_KEYS_PER_SECOND: u64 = 1_000_000;
+    const SECONDS: u64 = 2;
+    for when_full in [WhenFull::Refuse, WhenFull::Admit] {
+        let clock = ManualClock::new();
+        let limiter = KeyedLimiter::builder(QUOTA, &clock)
+            .capacity(10_000)
+            .when_full(when_full)
+            .build()
+            .unwrap();
+        let reference = TokenBucket::try_new(QUOTA, &clock).unwrap();
+        let (mut asked, mut served) = (0u64, 0u64);
+        let every = NEW_KEYS_PER_SECOND / 5; // a request every 200 ms
+        for key in 0..SECONDS * NEW_KEYS_PER_SECOND {
+            if key % every == 0 {
+                let got = limiter.try_acquire(&POLITE, 1);
+                assert!(
+                    reference.try_acquire(1).is_ok(),
+                    "the client keeps to its quota"
+                );
+                if key > 0 {
+                    asked += 1;
+                    served += u64::from(got.is_ok());
+                }
+            }
+            let _ = limiter.try_acquire(&key, 1);
+            clock.advance(Duration::from_micros(1));
+        }
+        assert_eq!(
+            limiter.len(),
+            limiter.capacity(),
+            "{when_full:?}: the flood filled it"
+        );
+        assert_eq!(asked, 5 * SECONDS - 1);
+        assert!(
+            served * 100 >= asked * 99,
+            "{when_full:?}: served {served} of {asked} requests after the first"
+        );
+    }
 }

@@ -70,11 +70,13 @@ fn a_flood_of_a_million_new_keys_stays_within_the_cap_and_a_steady_key_keeps_its
 fn only_full_buckets_are_evicted() {
     let clock = ManualClock::new();
     let quota = Quota::new(Rate::per_second(1)).burst(2);
-    // One shard of two keys, so that the cap is exact for this small case.
+    // One shard of two keys, so that the cap is exact for this small case; no probation, so
+    // that a full bucket may go at once.
     let limiter = KeyedLimiter::builder(quota, &clock)
         .capacity(2)
         .when_full(WhenFull::Refuse)
         .shards(1)
+        .probation(Duration::ZERO)
         .build()
         .unwrap();
     let full = Err(KeyedDenied::Full { capacity: 2 });
@@ -272,7 +274,7 @@ fn weighed(
     KeyedLimiter::builder(Quota::new(Rate::per_minute(1)).burst(10), clock)
         .capacity(capacity)
         .shards(8)
-        .hasher(BuildHasherDefault::<DefaultHasher>::default())
+        .hasher(Fixed::default())
         .when_full(WhenFull::Refuse)
         .build()
         .unwrap()
@@ -377,4 +379,305 @@ fn threads_racing_for_the_last_slot_with_one_new_key_all_find_its_bucket() {
         assert_eq!(limiter.len(), 8);
         assert_eq!(limiter.available(&1_000), 6);
     }
+}
+
+#[path = "keyed/gate.rs"]
+mod gate;
+
+/// A thread reads the clock, then waits (on the shard's lock, or descheduled) while the key is
+/// drained, refills, is evicted and comes back: the bucket it then makes for the key starts at
+/// a reading taken under the lock that makes it, not at its own stale one, which would undo
+/// the grants made in between. 1/s, burst 2: at most 2 + 3 = 5 tokens over [0 s, 3 s].
+#[test]
+fn a_reader_delayed_past_an_eviction_never_mints() {
+    let quota = Quota::new(Rate::per_second(1)).burst(2);
+    type Gated<'c> = KeyedLimiter<u64, &'c gate::GateClock>;
+    let by_sweep = |limiter: &Gated| {
+        assert_eq!(limiter.sweep(), 2);
+    };
+    // At the capacity, the newcomer's round evicts both full buckets and takes one slot.
+    let by_newcomer = |limiter: &Gated| {
+        assert_eq!(limiter.len(), 2);
+        assert_eq!(limiter.try_acquire(&99, 1), Ok(()));
+    };
+    let evictions: [&dyn Fn(&Gated); 2] = [&by_sweep, &by_newcomer];
+    for evict in evictions {
+        let clock = gate::GateClock::new();
+        // No protection: the key's second grant protects it, and it must go once full.
+        let limiter = KeyedLimiter::<u64, _>::builder(quota, &clock)
+            .capacity(2)
+            .shards(1)
+            .protection(Duration::ZERO)
+            .build()
+            .unwrap();
+        let key = 7u64;
+        let mut granted = 0;
+        std::thread::scope(|scope| {
+            assert_eq!(limiter.try_acquire(&key, 2), Ok(()));
+            granted += 2;
+            assert_eq!(
+                limiter.try_acquire(&98, 1),
+                Ok(()),
+                "another key, full at 1 s"
+            );
+            clock.advance(Duration::from_secs(1));
+            // Reads 1 s, then waits.
+            let late = gate::hold(scope, || limiter.try_acquire(&key, 2));
+            assert_eq!(
+                limiter.try_acquire(&key, 1),
+                Ok(()),
+                "one token back at 1 s"
+            );
+            granted += 1;
+            clock.advance(Duration::from_secs(2)); // full again at 3 s
+            evict(&limiter);
+            assert_eq!(
+                limiter.tier(&key),
+                None,
+                "the full bucket is evicted at 3 s"
+            );
+            if late.release().0.is_ok() {
+                granted += 2;
+            }
+            while limiter.try_acquire(&key, 1).is_ok() {
+                granted += 1;
+            }
+        });
+        assert_eq!(granted, 5, "burst 2 + 1/s × 3 s over [0 s, 3 s]");
+    }
+}
+
+/// A key moved to a faster tier is evictable as soon as it is full on that tier: the round of
+/// sweeps that frees its slot is brought forward to then, not left at its old tier's time.
+#[test]
+fn a_key_moved_to_a_faster_tier_is_evictable_when_full_on_it() {
+    let clock = ManualClock::new();
+    let slow = Quota::new(Rate::per_second(1)).burst(1);
+    let fast = Quota::new(Rate::per_second(4)).burst(1);
+    let limiter = KeyedLimiter::<u64, _>::builder(slow, &clock)
+        .capacity(1)
+        .shards(1)
+        .probation(Duration::ZERO)
+        .tiers([fast], |_| tollgate::Tier(0))
+        .build()
+        .unwrap();
+    let full = Err(KeyedDenied::Full { capacity: 1 });
+    assert_eq!(limiter.try_acquire(&1, 1), Ok(())); // full again at 1 000 ms on its tier
+    assert_eq!(limiter.try_acquire(&2, 1), full);
+    // Empty, at 4/s: full at 250 ms.
+    assert_eq!(limiter.set_tier(&1, tollgate::Tier(1)), Ok(true));
+    clock.advance(Duration::from_millis(249));
+    assert_eq!(limiter.try_acquire(&2, 1), full, "at 249 ms");
+    clock.advance(Duration::from_millis(1));
+    assert_eq!(limiter.try_acquire(&2, 1), Ok(()), "at 250 ms");
+    assert_eq!(limiter.tier(&1), None);
+    assert_eq!(limiter.len(), 1);
+}
+
+/// A hasher that lays keys out the same way in every run.
+type Fixed = BuildHasherDefault<DefaultHasher>;
+
+/// Which of a key's traits panics.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Trait {
+    Hash,
+    Eq,
+    Clone,
+}
+
+std::thread_local! {
+    /// While a step runs: the trait that panics, at which of its calls, and its calls so far.
+    static CHAOS: std::cell::Cell<Option<(Trait, u32, u32)>> = const { std::cell::Cell::new(None) };
+}
+
+/// Counts a call of `which` and panics if it is the one chosen.
+fn call(which: Trait) {
+    if let Some((chosen, at, calls)) = CHAOS.get() {
+        if chosen == which {
+            CHAOS.set(Some((chosen, at, calls + 1)));
+            if calls + 1 == at {
+                panic!("{which:?} panics at its call {at}");
+            }
+        }
+    }
+}
+
+/// A key whose `Hash`, `Eq` or `Clone` panics when the test says so.
+#[derive(Debug)]
+struct Touchy(u64);
+
+impl std::hash::Hash for Touchy {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        call(Trait::Hash);
+        self.0.hash(state);
+    }
+}
+
+impl PartialEq for Touchy {
+    fn eq(&self, other: &Self) -> bool {
+        call(Trait::Eq);
+        self.0 == other.0
+    }
+}
+
+impl Eq for Touchy {}
+
+impl Clone for Touchy {
+    fn clone(&self) -> Self {
+        call(Trait::Clone);
+        Touchy(self.0)
+    }
+}
+
+/// A panicking `Hash`, `Eq` or `Clone`, at every call it makes in turn over a script that grows
+/// both tables of a shard, protects keys, sweeps and refills, leaves the limiter with every
+/// other key and its whole capacity: the count reads the keys held, every key held and not full
+/// before a step that panicked (but the step's own) is held after it, and once all are evicted the
+/// limiter holds its capacity of new keys and protects its share of them.
+#[test]
+fn a_key_whose_hash_eq_or_clone_panics_takes_no_other_key_and_no_capacity() {
+    // The panics are the test's own: not printed.
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let ours = info.payload().downcast_ref::<String>();
+        if !ours.is_some_and(|message| message.contains(" panics at its call ")) {
+            report(info);
+        }
+    }));
+    const CAPACITY: usize = 16;
+    const PROTECTED: usize = CAPACITY - CAPACITY / 4;
+    enum Step {
+        Take(u64),
+        Advance(u64),
+        Sweep,
+    }
+    // Eight keys fill a group of seven and grow the table; their second grants protect them and
+    // grow the protected table; the sweep rehashes what it evicts.
+    let mut script: Vec<Step> = Vec::new();
+    script.extend((0..8).map(Step::Take));
+    script.extend((0..8).map(Step::Take));
+    script.extend([Step::Advance(2_000), Step::Sweep]);
+    script.extend((8..16).map(Step::Take));
+    script.extend([Step::Advance(2_000)]);
+    script.extend((16..24).map(Step::Take));
+    script.extend([Step::Take(3), Step::Sweep]);
+    let quota = Quota::new(Rate::per_second(1)).burst(2);
+    let keys = 0..24u64;
+    let run = |chaos: Option<(Trait, u32)>| -> (u32, bool) {
+        let clock = ManualClock::new();
+        // A fixed hasher: every run lays the keys out alike, so calls are counted alike.
+        let limiter = KeyedLimiter::<Touchy, _>::builder(quota, &clock)
+            .capacity(CAPACITY)
+            .shards(1)
+            .protection(Duration::from_secs(1))
+            .hasher(Fixed::default())
+            .build()
+            .unwrap();
+        let held = |limiter: &KeyedLimiter<Touchy, &ManualClock, DefaultWord, Fixed>| -> Vec<u64> {
+            keys.clone()
+                .filter(|&k| limiter.tier(&Touchy(k)).is_some())
+                .collect()
+        };
+        let (mut calls, mut panicked) = (0, false);
+        for step in &script {
+            // Eviction takes only full buckets: these must stay.
+            let before: Vec<u64> = held(&limiter)
+                .into_iter()
+                .filter(|&k| limiter.available(&Touchy(k)) < 2)
+                .collect();
+            CHAOS.set(chaos.map(|(which, at)| (which, at, calls)));
+            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match step {
+                Step::Take(key) => drop(limiter.try_acquire(&Touchy(*key), 1)),
+                Step::Advance(ms) => clock.advance(Duration::from_millis(*ms)),
+                Step::Sweep => drop(limiter.sweep()),
+            }));
+            calls = CHAOS.take().map_or(0, |(_, _, calls)| calls);
+            let after = held(&limiter);
+            assert_eq!(
+                limiter.len(),
+                after.len(),
+                "{chaos:?}: the count is the keys held"
+            );
+            if result.is_err() {
+                panicked = true;
+                if let Step::Take(key) = step {
+                    let lost: Vec<_> = before
+                        .iter()
+                        .filter(|&k| k != key && !after.contains(k))
+                        .collect();
+                    assert!(lost.is_empty(), "{chaos:?}: keys {lost:?} lost");
+                }
+            }
+        }
+        // Everything full and past its window: all of it goes, and every count with it.
+        clock.advance(Duration::from_secs(10));
+        limiter.sweep();
+        assert_eq!(
+            (limiter.len(), limiter.protected_len()),
+            (0, 0),
+            "{chaos:?}"
+        );
+        for key in 100..100 + CAPACITY as u64 {
+            assert_eq!(
+                limiter.try_acquire(&Touchy(key), 1),
+                Ok(()),
+                "{chaos:?}: {key}"
+            );
+        }
+        let full = Err(KeyedDenied::Full { capacity: CAPACITY });
+        assert_eq!(limiter.try_acquire(&Touchy(999), 1), full, "{chaos:?}");
+        for key in 100..100 + CAPACITY as u64 {
+            assert_eq!(
+                limiter.try_acquire(&Touchy(key), 1),
+                Ok(()),
+                "{chaos:?}: {key}"
+            );
+        }
+        assert_eq!(limiter.protected_len(), PROTECTED, "{chaos:?}");
+        (calls, panicked)
+    };
+    for which in [Trait::Hash, Trait::Eq, Trait::Clone] {
+        let (calls, _) = run(Some((which, 0)));
+        assert!(calls > 20, "{which:?} is called {calls} times");
+        for at in 1..=calls {
+            assert!(run(Some((which, at))).1, "{which:?} at its call {at}");
+        }
+    }
+}
+
+/// A bucket that is not protected stays for the probation window once full, and the time a
+/// refused newcomer is told to wait counts it: capacity 1, 1/s, burst 1, a second of probation.
+#[test]
+fn an_unprotected_bucket_goes_once_full_for_the_probation_window_and_until_room_says_when() {
+    let clock = ManualClock::new();
+    let quota = Quota::new(Rate::per_second(1)).burst(1);
+    let limiter = KeyedLimiter::<u64, _>::builder(quota, &clock)
+        .capacity(1)
+        .shards(1)
+        .probation(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let full = Err(KeyedDenied::Full { capacity: 1 });
+    assert_eq!(limiter.try_acquire(&1, 1), Ok(())); // full again at 1 s
+                                                    // (ms since start, newcomer, its answer, until_room after it)
+    let rows = [
+        (0, 2, full, 2_000),
+        (1_000, 2, full, 1_000), // 1 is full, on probation
+        (1_999, 2, full, 1),
+        (2_000, 2, Ok(()), 2_000), // 1 evicted; 2 full at 3 s, evictable at 4 s
+        (3_000, 3, full, 1_000),
+        (4_000, 3, Ok(()), 2_000),
+    ];
+    let mut at = 0;
+    for (ms, key, expected, room_ms) in rows {
+        clock.advance(Duration::from_millis(ms - at));
+        at = ms;
+        assert_eq!(limiter.try_acquire(&key, 1), expected, "{key} at {ms} ms");
+        assert_eq!(
+            limiter.until_room(),
+            Duration::from_millis(room_ms),
+            "at {ms} ms"
+        );
+    }
+    assert_eq!(limiter.tier(&1), None);
 }

@@ -483,3 +483,187 @@ fn threads_taking_while_another_flips_the_tier_never_get_more_than_the_looser_ti
     assert!(granted <= 10 + 5 * 2, "table: {granted} granted");
     assert!(moves > 100, "table: only {moves} moves");
 }
+
+#[path = "keyed/gate.rs"]
+mod gate;
+
+/// One key's grants on one tier (a stretch ends when the key moves, or its bucket is made anew
+/// on another tier), each placed at the last clock reading its call took: a call that went on
+/// with a stale reading is placed there, as if it had landed at once, and one that read the
+/// clock again (to settle a debt, or under the lock that made a bucket) at that reading.
+struct Stretch {
+    tier: usize,
+    /// (reading in ns, tokens), in the order the grants landed.
+    grants: Vec<(u128, u128)>,
+}
+
+impl Stretch {
+    /// Over every span `[a, b]` of the stretch, the tokens granted at readings within it are
+    /// at most the tier's burst + rate × (b − a).
+    fn check(&self, key: u32, case: &str) {
+        let rate = TIERS[self.tier].rate();
+        let (tokens, period) = (rate.tokens() as i128, rate.period().as_nanos() as i128);
+        let burst = i128::from(TIERS[self.tier].burst_size());
+        let mut grants = self.grants.clone();
+        grants.sort_unstable();
+        // The most of (tokens × t_i − period × granted before i) over the grants so far.
+        let (mut before, mut best) = (0i128, i128::MIN);
+        for (at, n) in grants {
+            let at = at as i128;
+            best = best.max(tokens * at - period * before);
+            before += n as i128;
+            let excess = period * before - tokens * at - best;
+            assert!(
+                excess <= burst * period,
+                "{case}: key {key} on tier {} got more than its burst + rate × time over a span ending at {at} ns",
+                self.tier
+            );
+        }
+    }
+}
+
+/// The limiter against the rule each key's grants must keep, with what the model above leaves
+/// out: a capacity below the keys, so that buckets are evicted and made anew (on the tier the
+/// tier function picks), newcomers whose rounds of sweeps evict, sweeps, both policies,
+/// protection and probation on and off, and *delayed readers*: calls that read the clock, then
+/// wait while other calls run (moves, evictions, grants to the same key), and then go on with
+/// their stale reading. Over every span on one tier, a key's grants (each placed at its call's
+/// last reading) keep to the tier's burst + rate × the span, across its buckets' evictions.
+#[test]
+fn evictions_tier_moves_and_delayed_readers_never_mint() {
+    let mut steps = 0u64;
+    for seed in 1..=12u64 {
+        for when_full in [WhenFull::Refuse, WhenFull::Admit] {
+            for (shards, protection_ms) in [(1, 0), (4, 0), (1, 300), (4, 300)] {
+                steps += evictions_and_delayed_readers(seed, when_full, shards, protection_ms);
+            }
+        }
+    }
+    assert!(steps >= 100_000, "{steps} steps");
+}
+
+/// One run of the model above; how many steps it took.
+fn evictions_and_delayed_readers(
+    seed: u64,
+    when_full: WhenFull,
+    shards: usize,
+    protection_ms: u64,
+) -> u64 {
+    const KEYS: u32 = 6;
+    const STEPS: u64 = 1_200;
+    let case =
+        format!("seed {seed}, {when_full:?}, {shards} shards, protection {protection_ms} ms");
+    let clock = gate::GateClock::new();
+    let limiter = KeyedLimiter::builder(FREE, &clock)
+        .capacity(4)
+        .shards(shards)
+        .when_full(when_full)
+        .protection(Duration::from_millis(protection_ms))
+        .probation(Duration::from_millis(protection_ms))
+        .tiers([PAID, STRICT], plan)
+        .build()
+        .unwrap();
+    let mut dice = Dice(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ protection_ms ^ shards as u64);
+    let mut stretches: Vec<Stretch> = (0..KEYS)
+        .map(|key| Stretch {
+            tier: plan(&key).0 as usize,
+            grants: Vec::new(),
+        })
+        .collect();
+    let mut newcomer = 1_000u32;
+    // A grant to `key` that read the clock at `read_ns`: from its own bucket if the limiter
+    // holds it now, else from the shared overflow bucket, which is not the key's.
+    let granted = |stretches: &mut Vec<Stretch>, key: u32, n: u32, read_ns: u128| {
+        let Some(tier) = limiter.tier(&key) else {
+            assert_eq!(
+                when_full,
+                WhenFull::Admit,
+                "{case}: key {key} granted, not held"
+            );
+            return;
+        };
+        let stretch = &mut stretches[key as usize];
+        if stretch.tier != usize::from(tier.0) {
+            // Made anew on another tier: a new stretch.
+            stretch.check(key, &case);
+            *stretch = Stretch {
+                tier: usize::from(tier.0),
+                grants: Vec::new(),
+            };
+        }
+        stretch.grants.push((read_ns, u128::from(n)));
+    };
+    std::thread::scope(|scope| {
+        // A held call: its handle, key, tokens, and steps left before it goes on.
+        type Pending<'s> = (gate::Held<'s, Result<(), KeyedDenied>>, u32, u32, u64);
+        let mut held: Option<Pending<'_>> = None;
+        for _ in 0..STEPS {
+            let now_ns = u128::from(clock.now_ns());
+            let key = dice.below(u64::from(KEYS)) as u32;
+            let n = 1 + dice.below(3) as u32;
+            match dice.below(12) {
+                0..=2 => {
+                    // Mostly short steps; sometimes long enough for buckets to fill.
+                    let ms = if dice.below(8) == 0 {
+                        2_000 + dice.below(10_000)
+                    } else {
+                        dice.below(300)
+                    };
+                    clock.advance(Duration::from_millis(ms));
+                }
+                3..=5 => {
+                    while limiter.try_acquire(&key, n).is_ok() {
+                        granted(&mut stretches, key, n, now_ns);
+                    }
+                }
+                6 => {
+                    let to = usize::from(dice.below(3) as u8);
+                    let held = limiter.tier(&key).is_some();
+                    assert_eq!(limiter.set_tier(&key, Tier(to as u8)), Ok(held), "{case}");
+                    let stretch = &mut stretches[key as usize];
+                    if held && stretch.tier != to {
+                        stretch.check(key, &case);
+                        *stretch = Stretch {
+                            tier: to,
+                            grants: Vec::new(),
+                        };
+                    }
+                }
+                7 => {
+                    limiter.sweep();
+                }
+                8..=9 => {
+                    newcomer += 1;
+                    let _ = limiter.try_acquire(&newcomer, 1);
+                }
+                _ => {
+                    if held.is_none() {
+                        let limiter = &limiter;
+                        let call = gate::hold(scope, move || limiter.try_acquire(&key, n));
+                        held = Some((call, key, n, 1 + dice.below(6)));
+                    }
+                }
+            }
+            // A held call goes on after a few steps, with the reading it took then.
+            if let Some((call, key, n, wait)) = held.take() {
+                if wait == 0 {
+                    if let (Ok(()), read_ns) = call.release() {
+                        granted(&mut stretches, key, n, u128::from(read_ns));
+                    }
+                } else {
+                    held = Some((call, key, n, wait - 1));
+                }
+            }
+        }
+        if let Some((call, key, n, _)) = held {
+            if let (Ok(()), read_ns) = call.release() {
+                granted(&mut stretches, key, n, u128::from(read_ns));
+            }
+        }
+    });
+    for (key, stretch) in stretches.iter().enumerate() {
+        stretch.check(key as u32, &case);
+    }
+    assert!(limiter.len() <= 4);
+    STEPS
+}

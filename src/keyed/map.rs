@@ -29,7 +29,8 @@ use crate::engine::cell::WordCell;
 pub use builder::KeyedLimiterBuilder;
 pub use hasher::KeyHasher;
 use tables::{
-    insert, on_shards, planned_keys, retain, shard_bits, shard_map, shrink, Shard, Slot, Tables,
+    grow, insert, on_shards, planned_keys, retain, shard_bits, shard_map, shrink, Shard, Slot,
+    Tables,
 };
 
 /// A concurrent per-key limiter for servers: one bucket per client, address or API key, all on
@@ -44,17 +45,24 @@ use tables::{
 /// key or shard do not wait for each other.
 /// Only adding a key, protecting it, and eviction take a shard's write lock.
 ///
-/// The policy (the fixed-capacity `KeyedTable`'s is the same):
+/// The policy (the fixed-capacity `KeyedTable`'s, but for probation and rounds):
 ///
 /// - A key granted a second time while held becomes *protected*, up to three quarters of the
 ///   capacity. A protected bucket is evicted only once it has been full for the protection
 ///   window (a minute, or [`with_protection`](Self::with_protection)): a client within its
 ///   quota keeps its bucket, and its exact rate, through any flood of new keys.
+/// - Any other bucket is evicted only once it has been full for the *probation* window (a
+///   second, or [`probation`](KeyedLimiterBuilder::probation)), so that a client that first
+///   appears as a flood of new keys starts is still held at its next request, and protected from
+///   then on, if its requests come no further apart than its bucket's refill time plus the
+///   window. Without it the flood takes every slot eviction frees within microseconds, each
+///   flood key's bucket stays short of full as long as the client's, and the client is evicted
+///   before its second grant at every request.
 /// - The cap is global: one count of keys across shards, so [`KeyedDenied::Full`] means
 ///   [`len`](Self::len) is at the capacity, whatever the shard count or the host.
 /// - A new key that finds the limiter at its capacity starts a round of sweeps over the
-///   shards that are due: each evicts its full unprotected buckets and its protected ones past
-///   their window, and records when a sixteenth of what it kept will be evictable; no round
+///   shards that are due: each evicts every bucket past its window (probation or protection),
+///   and records when a sixteenth of what it kept will be evictable; no round
 ///   starts before the earliest of those. A flood costs two lookups per refused key, both
 ///   under the shard's shared lock (the newcomers of a flood wait for no write lock), and one
 ///   scan per sixteenth of a shard freed, never a scan per key. If nothing could be freed
@@ -118,6 +126,8 @@ use tables::{
 /// assert_eq!(per_client.len(), 2);
 ///
 /// clock.advance(Duration::from_secs(1)); // both buckets are full again
+/// assert_eq!(per_client.sweep(), 0); // kept for the probation window, a second
+/// clock.advance(Duration::from_secs(1));
 /// assert_eq!(per_client.sweep(), 2);
 /// assert!(per_client.is_empty());
 /// # Ok::<(), tollgate::KeyedConfigError>(())
@@ -218,7 +228,8 @@ impl<K: Hash + Eq + Clone, C: Clock> KeyedLimiter<K, C> {
 impl<K: Hash + Eq + Clone, C: Clock, W: Word, S: BuildHasher> KeyedLimiter<K, C, W, S> {
     /// Keeps a protected key's bucket for `protection` once it is full (a window longer than
     /// the word can read is shortened to what it can). `Duration::ZERO` turns protection off:
-    /// any full bucket may be evicted at once.
+    /// a protected bucket may then be evicted once full, and any other once full for the
+    /// [probation](KeyedLimiterBuilder::probation) window.
     pub fn with_protection(mut self, protection: Duration) -> Self {
         let ticks = duration_to_ticks_floor::<C>(protection);
         for tier in self.tiers.iter_mut() {
@@ -347,19 +358,27 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word, S: BuildHasher> KeyedLimiter<K, C,
         let hash = self.hasher.hash_one(key);
         let index = self.shard_index(hash);
         on_shards!(&self.tables, shards => {
-            let mut entries = shards[index].write();
+            let shard = &shards[index];
+            let mut entries = shard.write();
             let entries = &mut *entries;
-            let entry = match entries.protected.find_mut(hash, |e| e.key() == key) {
-                Some(entry) => entry,
+            let (entry, protected) = match entries.protected.find_mut(hash, |e| e.key() == key) {
+                Some(entry) => (entry, true),
                 None => match entries.fresh.find_mut(hash, |e| e.key() == key) {
-                    Some(entry) => entry,
+                    Some(entry) => (entry, false),
                     None => return Ok(false),
                 },
             };
             // Under the write lock no call is between reading the tier and updating the word.
+            let now = self.clock.now();
             let from = &self.solved_of(entry).layout;
-            let word = converted(from, &to.layout, W::load(entry.word()), self.clock.now());
+            let word = converted(from, &to.layout, W::load(entry.word()), now);
             entry.replace(word, tier.0);
+            // On its new tier the bucket may be evictable before the round its old tier set.
+            let p = &to.layout;
+            let units = units_to_evictable(p, word, p.units_at(now), to.guard(protected));
+            let evictable = now.wrapping_add(p.ticks_until(now, units));
+            lower(&shard.due_ticks, now, evictable);
+            lower(&self.next_room_ticks, now, evictable);
             Ok(true)
         })
     }
@@ -422,8 +441,8 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word, S: BuildHasher> KeyedLimiter<K, C,
         ticks_to_duration_ceil::<C>(ticks)
     }
 
-    /// Evicts every full bucket that is not protected, and every protected one full for longer
-    /// than the protection window; returns how many. Changes no decision for them.
+    /// Evicts every bucket full for longer than its window (probation, or protection for a
+    /// protected one); returns how many. Changes no decision for them.
     ///
     /// Takes each shard's write lock in turn, for one pass over its keys, shrinks its tables
     /// when eviction left them mostly empty, and re-anchors the buckets it keeps as
@@ -444,7 +463,7 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word, S: BuildHasher> KeyedLimiter<K, C,
     }
 
     /// Keeps every held bucket readable for another [`idle_horizon`](Self::idle_horizon):
-    /// re-anchors each bucket full for longer than the protection window, keeping how long it
+    /// re-anchors each bucket full for longer than the longer window, keeping how long it
     /// has been full up to the window. Changes no decision and evicts nothing; takes each
     /// shard's lock for reading only.
     ///
@@ -471,18 +490,20 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word, S: BuildHasher> KeyedLimiter<K, C,
         super::solved::idle_horizon::<C>(&self.tiers)
     }
 
-    /// Keys held now.
+    /// Keys held now, never more than the [`capacity`](Self::capacity): the count that the cap
+    /// itself keeps. While other threads add and evict keys it counts a key from the moment a
+    /// thread reserves its slot (just before the key is in its table) until its eviction is
+    /// complete, so it is never below the keys in the tables, and a reading at the capacity is
+    /// what makes a newcomer [`Full`](KeyedDenied::Full). With no call running, it is exactly
+    /// the keys held.
     pub fn len(&self) -> usize {
-        on_shards!(&self.tables, shards => {
-            shards.iter().map(|shard| shard.read().len()).sum()
-        })
+        self.held.load(Ordering::Relaxed)
     }
 
-    /// Protected keys held now: those granted a second time while held.
+    /// Protected keys held now (those granted a second time while held), never more than their
+    /// share of three quarters of the capacity; counted as [`len`](Self::len) counts keys.
     pub fn protected_len(&self) -> usize {
-        on_shards!(&self.tables, shards => {
-            shards.iter().map(|shard| shard.read().protected.len()).sum()
-        })
+        self.protected_held.load(Ordering::Relaxed)
     }
 
     /// Whether no key is held.
@@ -572,10 +593,10 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word, S: BuildHasher> KeyedLimiter<K, C,
             .map_err(KeyedDenied::from)
     }
 
-    /// Re-anchors a bucket of `tier` full for longer than its protection window.
+    /// Re-anchors a bucket of `tier` full for longer than its longer window.
     fn touch(&self, word: &W::Atomic, tier: &Solved, now: u64) {
         let p = &tier.layout;
-        touch_word::<W>(word, p, p.units_at(now), tier.protection_units);
+        touch_word::<W>(word, p, p.units_at(now), tier.kept_age_units());
     }
 
     /// The shard of a key of this hash.
@@ -595,12 +616,16 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word, S: BuildHasher> KeyedLimiter<K, C,
     #[cold]
     fn promote<E: Slot<Key = K>>(&self, shard: &Shard<E>, hash: u64, key: &K) {
         let mut entries = shard.write();
+        let entries = &mut *entries;
         if entries.fresh.find(hash, |e| e.key() == key).is_none() {
             return; // evicted meanwhile
         }
-        if !reserve(&self.protected_held, self.max_protected) {
+        let Some(reserved) = Reserved::new(&self.protected_held, self.max_protected) else {
             return;
-        }
+        };
+        // Room first, so that a panicking `Hash` or `Eq` unwinds before the entry moves (and
+        // the reservation gives its count back).
+        grow(&mut entries.protected, shard.planned, &self.hasher);
         if let Some(entry) = entries.fresh.remove(hash, |e| e.key() == key) {
             insert(
                 &mut entries.protected,
@@ -609,6 +634,7 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word, S: BuildHasher> KeyedLimiter<K, C,
                 shard.planned,
                 &self.hasher,
             );
+            reserved.keep();
         }
     }
 
@@ -645,16 +671,25 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word, S: BuildHasher> KeyedLimiter<K, C,
                 // Added by another thread since the read lock was dropped.
                 return self.take(entry, now, n);
             }
-            if !reserve(&self.held, self.capacity) {
+            let Some(slot) = Reserved::new(&self.held, self.capacity) else {
                 continue;
-            }
+            };
+            // A panicking `Clone` or `Hash` (growing the table rehashes its keys) unwinds from
+            // here with the table whole: the reservation gives its slot back.
             let entry = E::new(key.clone(), p.unused(), tier.0);
             let word = insert(&mut entries.fresh, hash, entry, shard.planned, &self.hasher).word();
+            slot.keep();
+            // The new bucket starts full at a reading taken under the lock that made it: `now`
+            // was read before the lock, and the key may have been evicted since then, after a
+            // grant at a later reading that a bucket anchored at `now` would undo.
+            let now = self.clock.now();
             let result = WordCell::<W>::new(word, p)
                 .try_take::<C>(now, cost)
                 .map_err(KeyedDenied::from);
-            // The new bucket may be evictable before the shard's next sweep was due.
-            let evictable = now.wrapping_add(p.ticks_to_full(W::load(word), now));
+            // The new bucket may be evictable (full, and past its probation window) before the
+            // shard's next sweep was due.
+            let units = units_to_evictable(p, W::load(word), p.units_at(now), solved.guard(false));
+            let evictable = now.wrapping_add(p.ticks_until(now, units));
             lower(&shard.due_ticks, now, evictable);
             lower(&self.next_room_ticks, now, evictable);
             return result;
@@ -720,22 +755,27 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word, S: BuildHasher> KeyedLimiter<K, C,
             if units == 0 {
                 return false;
             }
-            touch_word::<W>(entry.word(), p, now_units, tier.protection_units);
+            touch_word::<W>(entry.word(), p, now_units, tier.kept_age_units());
             to_evictable_ticks.push(p.ticks_until(now, units));
             true
         };
-        let before = (entries.protected.len(), entries.fresh.len());
+        // Each table's evictions are counted as soon as they are made: a panicking `Hash` in
+        // the second unwinds with the first's given back (and evicts nothing from the second).
+        let before = entries.fresh.len();
         retain(&mut entries.fresh, |entry| keep(entry, false), &self.hasher);
+        let fresh = before - entries.fresh.len();
+        self.held.fetch_sub(fresh, Ordering::Relaxed);
+        let before = entries.protected.len();
         retain(
             &mut entries.protected,
             |entry| keep(entry, true),
             &self.hasher,
         );
-        let unprotected = before.0 - entries.protected.len();
-        let evicted = unprotected + before.1 - entries.fresh.len();
+        let unprotected = before - entries.protected.len();
         self.protected_held
             .fetch_sub(unprotected, Ordering::Relaxed);
-        self.held.fetch_sub(evicted, Ordering::Relaxed);
+        self.held.fetch_sub(unprotected, Ordering::Relaxed);
+        let evicted = fresh + unprotected;
         shrink(&mut entries.protected, &self.hasher);
         shrink(&mut entries.fresh, &self.hasher);
         // Not again until a sixteenth of what is left may go: a flood against a full limiter
@@ -762,13 +802,32 @@ impl Drop for RoundGuard<'_> {
     }
 }
 
-/// Adds one to `count` if it is below `max`; whether it did.
-fn reserve(count: &AtomicUsize, max: usize) -> bool {
-    count
-        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
-            (n < max).then_some(n + 1)
-        })
-        .is_ok()
+/// One counted on a count of keys, given back when dropped unless [`keep`](Self::keep) says
+/// the key is in its table: a panic between the two (in a key's `Clone`, `Hash` or `Eq`)
+/// leaks no count.
+struct Reserved<'a>(&'a AtomicUsize);
+
+impl<'a> Reserved<'a> {
+    /// Adds one to `count` if it is below `max`.
+    fn new(count: &'a AtomicUsize, max: usize) -> Option<Self> {
+        count
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Reserved(count))
+    }
+
+    /// The key is in its table: the count stays.
+    fn keep(self) {
+        core::mem::forget(self);
+    }
+}
+
+impl Drop for Reserved<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// Moves `hint` to `at` if that is earlier, as seen from `now` on a clock that may wrap.
@@ -838,9 +897,9 @@ mod tests {
         let full = Err(KeyedDenied::Full { capacity: 16 });
         assert_eq!(limiter.try_acquire(&hot[16], 1), full);
         assert_eq!(limiter.try_acquire(&cold, 1), full, "the cap is global");
-        // Once the hot shard's buckets are full again, the round of sweeps the next newcomer
-        // starts frees them for a key on any shard.
-        clock.advance(Duration::from_secs(1));
+        // Once the hot shard's buckets have been full for the probation window, the round of
+        // sweeps the next newcomer starts frees them for a key on any shard.
+        clock.advance(Duration::from_secs(2));
         assert_eq!(limiter.try_acquire(&cold, 1), Ok(()));
         assert_eq!(limiter.len(), 1);
     }

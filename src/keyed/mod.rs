@@ -9,10 +9,16 @@
 //!   it has been full for longer than the protection window (a minute unless set otherwise):
 //!   a client that keeps within its quota, and so sits full between its requests, keeps its
 //!   bucket through any flood of new keys.
-//! - **Newcomers take the other slots.** A new key takes a free slot, else evicts a full bucket
-//!   that is not protected (the one full longest first), else a protected bucket past its
-//!   window. One that finds none gets what [`WhenFull`] says: a refusal, or a grant from one
-//!   overflow bucket that all such newcomers share.
+//! - **Newcomers take the other slots.** A new key takes a free slot, else one freed by eviction,
+//!   which takes only full buckets: unprotected ones, and protected ones past their window. The
+//!   fixed `KeyedTable` evicts one bucket per newcomer, the unprotected one full the longest,
+//!   else a protected one. The sharded `KeyedLimiter` keeps an unprotected bucket for a
+//!   probation window once full (a second unless set otherwise), so that a client first seen as
+//!   a flood starts is still held at its next request, and evicts in rounds: a newcomer that finds
+//!   it at its capacity sweeps every shard that is due, evicting *every* evictable bucket
+//!   there at once, and no round starts before a sixteenth of some shard's kept buckets will be
+//!   evictable. A newcomer that finds no room gets what [`WhenFull`] says: a refusal, or a grant
+//!   from one overflow bucket that all such newcomers share.
 //! - **The cap is the table's.** [`KeyedDenied::Full`] means the table holds exactly its
 //!   capacity of keys, however it is sharded.
 //!
@@ -44,6 +50,11 @@ pub use tier::{SetTierError, Tier, MAX_TIERS};
 /// How long a protected key keeps its slot once its bucket is full, unless the table is told
 /// otherwise: a minute.
 pub(crate) const DEFAULT_PROTECTION: Duration = Duration::from_secs(60);
+
+/// How long a `KeyedLimiter` keeps a bucket that is not protected once it is full, unless told
+/// otherwise: a second.
+#[cfg(feature = "std")]
+pub(crate) const DEFAULT_PROBATION: Duration = Duration::from_secs(1);
 
 /// What a keyed table does with a new key that finds no slot: every slot holds a bucket that is
 /// not full, or a protected one within its window. There is no default: the choice is the

@@ -11,6 +11,9 @@ pub(crate) struct Solved {
     pub quota: Quota,
     /// How long a protected bucket stays once full, in this tier's units.
     pub protection_units: u64,
+    /// How long any other bucket stays once full, in this tier's units: 0 unless a keyed
+    /// limiter sets a probation window.
+    pub probation_units: u64,
 }
 
 /// How long a held bucket may go untouched and still read correctly: the shortest horizon of
@@ -37,6 +40,7 @@ impl Solved {
             layout,
             quota,
             protection_units: Self::units_of(&layout, protection_ticks),
+            probation_units: 0,
         })
     }
 
@@ -44,6 +48,24 @@ impl Solved {
     pub const fn protecting(mut self, protection_ticks: u64) -> Self {
         self.protection_units = Self::units_of(&self.layout, protection_ticks);
         self
+    }
+
+    /// The same tier keeping a bucket that is not protected for `probation_ticks` once full
+    /// (a `KeyedLimiter`'s window; the fixed table has none).
+    #[cfg(feature = "std")]
+    pub const fn on_probation(mut self, probation_ticks: u64) -> Self {
+        self.probation_units = Self::units_of(&self.layout, probation_ticks);
+        self
+    }
+
+    /// How long a bucket may be kept full and still read as full that long: the longer window.
+    #[cfg(feature = "std")]
+    pub fn kept_age_units(&self) -> u64 {
+        if self.protection_units > self.probation_units {
+            self.protection_units
+        } else {
+            self.probation_units
+        }
     }
 
     const fn units_of(layout: &Layout, protection_ticks: u64) -> u64 {
@@ -59,7 +81,7 @@ impl Solved {
         if protected {
             self.protection_units
         } else {
-            0
+            self.probation_units
         }
     }
 }

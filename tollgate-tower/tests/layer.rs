@@ -118,7 +118,8 @@ async fn per_key_rejection_limits_each_key_alone() {
 #[tokio::test(start_paused = true)]
 async fn a_full_keyed_limiter_refuses_with_503_and_says_when_there_will_be_room() {
     let clock = TokioClock::new();
-    // One token every 4 s: key 1's bucket is full, and may be evicted, 4 s after its request.
+    // One token every 4 s: key 1's bucket is full 4 s after its request, and may be evicted a
+    // second (the probation window) after that.
     let quota = Quota::new(Rate::new(1, Duration::from_secs(4))).burst(1);
     let limiter = Arc::new(
         KeyedLimiter::builder(quota, clock)
@@ -134,12 +135,12 @@ async fn a_full_keyed_limiter_refuses_with_503_and_says_when_there_will_be_room(
     let refused = refusal(service.clone().oneshot(2).await.unwrap_err());
     assert_eq!(refused.denial(), Some(KeyedDenied::Full { capacity: 1 }));
     assert_eq!(refused.status(), 503);
-    assert_eq!(refused.retry_after(), Some(Duration::from_millis(2_500)));
+    assert_eq!(refused.retry_after(), Some(Duration::from_millis(3_500)));
     let headers = refused.headers();
-    assert_eq!(headers.retry_after.as_deref(), Some("3"));
-    assert_eq!(headers.rate_limit, "\"default\";r=0;t=3");
+    assert_eq!(headers.retry_after.as_deref(), Some("4"));
+    assert_eq!(headers.rate_limit, "\"default\";r=0;t=4");
     // Waiting as long as told is enough.
-    tokio::time::advance(Duration::from_secs(3)).await;
+    tokio::time::advance(Duration::from_secs(4)).await;
     service.oneshot(2).await.unwrap();
 }
 

@@ -10,13 +10,13 @@ use super::{KeyHasher, KeyedLimiter};
 use crate::clock::{duration_to_ticks_floor, Clock};
 use crate::engine::word::{DefaultWord, Word};
 use crate::keyed::solved::Solved;
-use crate::keyed::{KeyedConfigError, Tier, WhenFull, DEFAULT_PROTECTION};
+use crate::keyed::{KeyedConfigError, Tier, WhenFull, DEFAULT_PROBATION, DEFAULT_PROTECTION};
 use crate::Quota;
 
 /// Builds a [`KeyedLimiter`]: from [`KeyedLimiter::builder`], then any of the settings below,
 /// then [`build`](Self::build). Unset: no capacity (an error: a limiter must say how many keys
 /// it holds), [`WhenFull::Refuse`], about four shards per CPU, the [`DefaultWord`], a minute of
-/// protection, one tier, [`KeyHasher`].
+/// protection, a second of probation, one tier, [`KeyHasher`].
 #[must_use = "a builder does nothing until `build` is called"]
 pub struct KeyedLimiterBuilder<K, C, W: Word = DefaultWord, S = KeyHasher> {
     quotas: Vec<Quota>,
@@ -26,6 +26,7 @@ pub struct KeyedLimiterBuilder<K, C, W: Word = DefaultWord, S = KeyHasher> {
     when_full: WhenFull,
     shards: Option<usize>,
     protection: Duration,
+    probation: Duration,
     hasher: S,
     word: PhantomData<fn() -> W>,
 }
@@ -40,6 +41,7 @@ impl<K, C: Clock> KeyedLimiterBuilder<K, C> {
             when_full: WhenFull::Refuse,
             shards: None,
             protection: DEFAULT_PROTECTION,
+            probation: DEFAULT_PROBATION,
             hasher: KeyHasher::new(),
             word: PhantomData,
         }
@@ -78,6 +80,7 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word, S: BuildHasher> KeyedLimiterBuilde
             when_full: self.when_full,
             shards: self.shards,
             protection: self.protection,
+            probation: self.probation,
             hasher: self.hasher,
             word: PhantomData,
         }
@@ -109,6 +112,7 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word, S: BuildHasher> KeyedLimiterBuilde
             when_full: self.when_full,
             shards: self.shards,
             protection: self.protection,
+            probation: self.probation,
             hasher,
             word: PhantomData,
         }
@@ -118,6 +122,21 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word, S: BuildHasher> KeyedLimiterBuilde
     /// `Duration::ZERO` turns protection off. See [`KeyedLimiter::with_protection`].
     pub fn protection(mut self, protection: Duration) -> Self {
         self.protection = protection;
+        self
+    }
+
+    /// Keeps a bucket that is not protected for `probation` once it is full (a second unless
+    /// set), so that a client whose requests come further apart than its bucket takes to refill
+    /// is still held at its next request, and is protected from then on, even while a flood of
+    /// new keys takes every slot that eviction frees. `Duration::ZERO` evicts a full bucket
+    /// that is not protected at once. Eviction takes only full buckets either way: the window
+    /// changes which newcomers find room, never a decision for a held key.
+    ///
+    /// Under a flood, each new key then holds its slot for its refill time plus the window, so
+    /// that fewer of the flood's keys are admitted (they are refused, or share the overflow
+    /// bucket under [`WhenFull::Admit`]).
+    pub fn probation(mut self, probation: Duration) -> Self {
+        self.probation = probation;
         self
     }
 
@@ -144,10 +163,14 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word, S: BuildHasher> KeyedLimiterBuilde
             return Err(KeyedConfigError::TierCount);
         }
         let protection = duration_to_ticks_floor::<C>(self.protection);
+        let probation = duration_to_ticks_floor::<C>(self.probation);
         let tiers = self
             .quotas
             .iter()
-            .map(|&quota| Solved::new(quota, C::TICKS_PER_SECOND, W::BITS, protection))
+            .map(|&quota| {
+                Solved::new(quota, C::TICKS_PER_SECOND, W::BITS, protection)
+                    .map(|tier| tier.on_probation(probation))
+            })
             .collect::<Result<Box<[Solved]>, _>>()?;
         let shards = self.shards.unwrap_or_else(|| {
             let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -173,6 +196,7 @@ impl<K, C, W: Word, S> core::fmt::Debug for KeyedLimiterBuilder<K, C, W, S> {
             .field("when_full", &self.when_full)
             .field("shards", &self.shards)
             .field("protection", &self.protection)
+            .field("probation", &self.probation)
             .finish_non_exhaustive()
     }
 }

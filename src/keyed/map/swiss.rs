@@ -29,6 +29,7 @@ use core::marker::PhantomData;
 use core::mem::{align_of, needs_drop, size_of};
 use core::ptr::NonNull;
 use std::alloc::{alloc_zeroed, dealloc, handle_alloc_error};
+use std::vec::Vec;
 
 /// A cache line; groups are aligned to one.
 const LINE: usize = 64;
@@ -308,9 +309,7 @@ impl<E> SwissTable<E> {
         planned: usize,
         rehash: impl Fn(&E) -> u64,
     ) -> &E {
-        if self.len == Self::max_len(self.groups) {
-            self.resize(self.grown(planned), &rehash);
-        }
+        self.reserve_one(planned, &rehash);
         let (group, slot) = self.place(hash);
         // SAFETY: `place` returned an empty slot, now marked as held; the write moves the entry
         // in without dropping what the slot held (nothing).
@@ -319,6 +318,15 @@ impl<E> SwissTable<E> {
             at.write(entry);
             self.len += 1;
             &*at
+        }
+    }
+
+    /// Grows the table if it is at its load limit, as [`insert`](Self::insert) would, so that
+    /// the next insertion runs no `rehash`: a caller that moves an entry between tables makes
+    /// room first, so that a panicking hash leaves the entry where it was.
+    pub fn reserve_one(&mut self, planned: usize, rehash: &impl Fn(&E) -> u64) {
+        if self.len == Self::max_len(self.groups) {
+            self.resize(self.grown(planned), rehash);
         }
     }
 
@@ -358,8 +366,10 @@ impl<E> SwissTable<E> {
     }
 
     /// Keeps the entries for which `keep` says `true` and drops the others (`rehash` gives an
-    /// entry's hash, to find the groups it passed over).
+    /// entry's hash, to find the groups it passed over). Every hash is taken before any entry
+    /// goes, so a panicking `rehash` drops nothing.
     pub fn retain(&mut self, mut keep: impl FnMut(&mut E) -> bool, rehash: impl Fn(&E) -> u64) {
+        let mut dropped = Vec::new();
         for group in 0..self.groups {
             for slot in 0..Self::SLOTS {
                 // SAFETY: `group < self.groups`.
@@ -368,13 +378,14 @@ impl<E> SwissTable<E> {
                 }
                 // SAFETY: the slot holds an entry; no other reference to it is alive.
                 let entry = unsafe { &mut *self.slot(group, slot) };
-                if keep(entry) {
-                    continue;
+                if !keep(entry) {
+                    dropped.push((group, slot, rehash(entry)));
                 }
-                let hash = rehash(entry);
-                let steps = self.probe(hash).steps_to(group);
-                drop(self.take(hash, group, slot, steps));
             }
+        }
+        for (group, slot, hash) in dropped {
+            let steps = self.probe(hash).steps_to(group);
+            drop(self.take(hash, group, slot, steps));
         }
     }
 
@@ -411,23 +422,28 @@ impl<E> SwissTable<E> {
             resized.groups = groups;
             resized.mask = groups.next_power_of_two() - 1;
         }
+        // Every entry is hashed before any moves, so a panicking hash leaves this table whole
+        // and the new one empty.
+        let mut hashes = Vec::with_capacity(self.len);
+        hashes.extend(self.iter().map(rehash));
+        let mut hashes = hashes.into_iter();
         for group in 0..self.groups {
             for slot in 0..Self::SLOTS {
                 // SAFETY: `group < self.groups`.
                 if !holds(unsafe { self.header(group) }, slot) {
                     continue;
                 }
-                // SAFETY: the slot holds an entry. It is hashed before anything moves, so a
-                // panicking hash leaves both tables whole; then its header byte is emptied and
-                // it is read out once, to move into the new table.
+                // `iter` visits the held slots in this order, one hash each.
+                let Some(hash) = hashes.next() else {
+                    unreachable!("a held slot that `iter` did not visit")
+                };
+                // SAFETY: the slot holds an entry; its header byte is emptied and it is read out
+                // once, to move into the new table.
                 let entry = unsafe {
-                    let at = self.slot(group, slot);
-                    let hash = rehash(&*at);
                     self.group(group).add(slot).write(0);
                     self.len -= 1;
-                    (hash, at.read())
+                    self.slot(group, slot).read()
                 };
-                let (hash, entry) = entry;
                 let (to_group, to_slot) = resized.place(hash);
                 // SAFETY: `place` returned an empty slot, now marked as held.
                 unsafe { resized.slot(to_group, to_slot).write(entry) };
@@ -528,16 +544,21 @@ impl Probe {
     /// probe then stays where it was).
     #[inline]
     fn next(&mut self) -> bool {
-        loop {
+        // The groups past the table's end are stepped over in `at`, never stored in `group`.
+        let mut at = self.group;
+        let moved = loop {
+            if self.steps >= self.mask {
+                break false;
+            }
             self.steps += 1;
-            if self.steps > self.mask {
-                return false;
+            at = (at + self.steps) & self.mask;
+            if at < self.groups {
+                self.group = at;
+                break true;
             }
-            self.group = (self.group + self.steps) & self.mask;
-            if self.group < self.groups {
-                return true;
-            }
-        }
+        };
+        debug_assert!(self.group < self.groups, "a probe left its table");
+        moved
     }
 
     /// How many steps the probe takes to reach `group`, which is on it.

@@ -186,11 +186,6 @@ impl<E: Slot> Entries<E> {
             .find(hash, |e| e.key() == key)
             .or_else(|| self.fresh.find(hash, |e| e.key() == key))
     }
-
-    /// Keys held.
-    pub fn len(&self) -> usize {
-        self.protected.len() + self.fresh.len()
-    }
 }
 
 /// Which shard each slice of a hash's shard bits goes to: shard `i` of `count` takes a share
@@ -253,6 +248,12 @@ pub(super) fn insert<'a, E: Slot>(
     hasher: &impl BuildHasher,
 ) -> &'a E {
     table.insert(hash, entry, planned, |e| hasher.hash_one(e.key()))
+}
+
+/// Grows `table`, planned for `planned` keys, if the next insertion would, so that it rehashes
+/// nothing.
+pub(super) fn grow<E: Slot>(table: &mut SwissTable<E>, planned: usize, hasher: &impl BuildHasher) {
+    table.reserve_one(planned, &|e: &E| hasher.hash_one(e.key()));
 }
 
 /// Gives memory back once `table` is mostly empty: rebuilt at the size its entries need.
