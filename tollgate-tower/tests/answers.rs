@@ -222,3 +222,97 @@ async fn a_dry_run_lets_everything_through_and_counts_what_the_enforcing_layer_r
     assert_eq!(shadow_calls.load(Ordering::Relaxed), sent);
     assert_eq!(enforced_calls.load(Ordering::Relaxed), sent - refused);
 }
+
+/// `Retry-After` and `RateLimit` are exact on every tier, and after a key moves between tiers:
+/// a client that waits `Retry-After` seconds is served, one that comes back a millisecond
+/// before the token's true instant is refused, `t` is the seconds until its bucket is full
+/// again (rounded up), and `RateLimit-Policy` names the key's own tier. Rates chosen so that
+/// the rounding matters: a token every 3 s, every 400 ms, every 20 ms.
+#[tokio::test(start_paused = true)]
+async fn retry_after_and_ratelimit_are_exact_on_every_tier_and_after_a_move() {
+    const SLOW: Quota = Quota::new(Rate::new(1, Duration::from_secs(3))).burst(2);
+    const MID: Quota = Quota::new(Rate::new(5, Duration::from_secs(2))).burst(4);
+    const FAST: Quota = Quota::new(Rate::per_second(50)).burst(7);
+    fn tier_of(key: &Option<HeaderValue>) -> Tier {
+        match key.as_ref().and_then(|k| k.to_str().ok()) {
+            Some("mid") => Tier(1),
+            Some("fast") => Tier(2),
+            _ => Tier(0),
+        }
+    }
+    let limiter = Arc::new(
+        KeyedLimiter::builder(SLOW, TokioClock::new())
+            .capacity(100)
+            .tiers([MID, FAST], tier_of)
+            .build()
+            .unwrap(),
+    );
+    let api_key = HeaderKey::new(HeaderName::from_static("x-api-key"));
+    let calls = Arc::new(AtomicU64::new(0));
+    let mut service = AnswerLayer::per_key(Arc::clone(&limiter), api_key).layer(counted(&calls));
+    let ms = Duration::from_millis;
+
+    // (key, its quota, a token's time, the policy header).
+    let rows = [
+        ("slow", SLOW, ms(3_000), "\"default\";q=2;w=6"),
+        ("mid", MID, ms(400), "\"default\";q=4;w=2"),
+        ("fast", FAST, ms(20), "\"default\";q=7;w=1"),
+    ];
+    for (key, quota, token, policy) in rows {
+        let burst = quota.burst_size();
+        for _ in 0..burst {
+            let ok = send(&mut service, request_with("x-api-key", key)).await;
+            assert_eq!(ok.status(), StatusCode::OK, "{key}");
+        }
+        let refused = send(&mut service, request_with("x-api-key", key)).await;
+        assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS, "{key}");
+        let retry_secs: u64 = header(&refused, "retry-after").parse().unwrap();
+        assert_eq!(
+            retry_secs,
+            token.as_millis().div_ceil(1_000) as u64,
+            "{key}"
+        );
+        let full_secs = (token * burst as u32).as_millis().div_ceil(1_000);
+        assert_eq!(
+            header(&refused, "ratelimit"),
+            format!("\"default\";r=0;t={full_secs}"),
+            "{key}"
+        );
+        assert_eq!(header(&refused, "ratelimit-policy"), policy, "{key}");
+        // A millisecond before the token's instant: still refused; at it: served.
+        tokio::time::advance(token - ms(1)).await;
+        let early = send(&mut service, request_with("x-api-key", key)).await;
+        assert_eq!(early.status(), StatusCode::TOO_MANY_REQUESTS, "{key}");
+        tokio::time::advance(ms(1)).await;
+        let on_time = send(&mut service, request_with("x-api-key", key)).await;
+        assert_eq!(on_time.status(), StatusCode::OK, "{key}");
+        // Waiting what Retry-After said from a refusal is never early.
+        let refused = send(&mut service, request_with("x-api-key", key)).await;
+        let retry = Duration::from_secs(header(&refused, "retry-after").parse().unwrap());
+        tokio::time::advance(retry).await;
+        let after = send(&mut service, request_with("x-api-key", key)).await;
+        assert_eq!(after.status(), StatusCode::OK, "{key} after Retry-After");
+    }
+
+    // The fast key drained, then moved to the slow tier: its refusal speaks of the slow tier,
+    // from the tokens it held (none), at the slow rate.
+    let fast = Some(HeaderValue::from_static("fast"));
+    while send(&mut service, request_with("x-api-key", "fast"))
+        .await
+        .status()
+        == StatusCode::OK
+    {}
+    assert_eq!(limiter.set_tier(&fast, Tier(0)), Ok(true));
+    let refused = send(&mut service, request_with("x-api-key", "fast")).await;
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(header(&refused, "ratelimit-policy"), "\"default\";q=2;w=6");
+    let retry_secs: u64 = header(&refused, "retry-after").parse().unwrap();
+    assert!((1..=3).contains(&retry_secs), "{retry_secs}");
+    tokio::time::advance(Duration::from_secs(retry_secs)).await;
+    let after = send(&mut service, request_with("x-api-key", "fast")).await;
+    assert_eq!(
+        after.status(),
+        StatusCode::OK,
+        "after the slow tier's Retry-After"
+    );
+}
