@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use ::redis::{Client, ErrorKind, RedisError, Script, ServerErrorKind};
+use ::redis::{Arg, Client, Cmd, ErrorKind, RedisError, Script, ServerErrorKind};
 
 use super::cluster::Link;
 use super::{Fault, SetupError};
@@ -83,13 +83,13 @@ impl RedisConnection {
         let base = Instant::now();
         let unix_us = SystemTime::now()
             .duration_since(UNIX_EPOCH)
-            .map_or(0, |since| since.as_micros() as i64);
+            .map_or(0, micros);
         Self {
             shared: Arc::new(Shared {
                 client,
                 manager: Mutex::new((0, link)),
                 generation: AtomicU64::new(0),
-                script: Script::new(include_str!("script.lua")),
+                script: Script::new(SCRIPT),
                 base,
                 offset_us: AtomicI64::new(unix_us),
                 last_answer_us: AtomicI64::new(0),
@@ -143,35 +143,37 @@ fn manager(client: &Client) -> Result<ConnectionManager, SetupError> {
 
 /// `connect`'s verdict on an error: could not reach Redis, or Redis said no.
 pub(super) fn setup_error(error: RedisError) -> SetupError {
-    if is_fault(&error) {
-        SetupError::Unreachable(error)
-    } else {
+    if is_rejection(&error, false) {
         SetupError::Refused(error)
+    } else {
+        SetupError::Unreachable(error)
     }
 }
 
-/// Whether an error is a fault a policy decides on (Redis unreachable, restarting, loading,
-/// busy), rather than an answer that something is misconfigured.
-fn is_fault(error: &RedisError) -> bool {
-    if error.is_io_error()
-        || error.is_timeout()
-        || error.is_connection_dropped()
-        || error.is_connection_refusal()
-    {
-        return true;
-    }
+/// Whether an error is Redis's answer that something is misconfigured (the key holds another
+/// type, authentication failed, the user may not run scripts, the server is out of memory or,
+/// alone, a replica), which no fault policy papers over. Everything else is a fault the policy
+/// decides: the link failed or dropped, the server is loading, busy or failing over, the
+/// script is missing where the call ran (a node just promoted, a flush), a redirection could
+/// not be followed, a reply could not be read as the script's answer. Only errors a server
+/// sent in answer to a call are rejections: the client's own errors never say that the
+/// server is misconfigured.
+///
+/// On a cluster (`cluster`), `READONLY` is a fault: a write that lands on a master demoted to
+/// a replica mid-failover.
+pub(super) fn is_rejection(error: &RedisError, cluster: bool) -> bool {
     match error.kind() {
-        ErrorKind::Io => true,
+        ErrorKind::AuthenticationFailed | ErrorKind::InvalidClientConfig => true,
         ErrorKind::Server(
-            ServerErrorKind::BusyLoading
-            | ServerErrorKind::TryAgain
-            | ServerErrorKind::MasterDown
-            | ServerErrorKind::ClusterDown
-            // Redirections the cluster client could not follow within its retries: slots moving.
-            | ServerErrorKind::Moved
-            | ServerErrorKind::Ask,
+            ServerErrorKind::ResponseError
+            | ServerErrorKind::ExecAbort
+            | ServerErrorKind::CrossSlot
+            | ServerErrorKind::NoPerm,
         ) => true,
-        ErrorKind::Extension => matches!(error.code(), Some("BUSY")),
+        ErrorKind::Server(ServerErrorKind::ReadOnly) => !cluster,
+        // Codes the client does not know: WRONGTYPE, OOM, NOAUTH, WRONGPASS... are
+        // misconfiguration, BUSY (a script running too long) is a server that cannot answer.
+        ErrorKind::Extension => !matches!(error.code(), Some("BUSY" | "LOADING" | "TRYAGAIN")),
         _ => false,
     }
 }
@@ -183,6 +185,41 @@ fn needs_new_connection(error: &RedisError) -> bool {
         error.kind(),
         ErrorKind::AuthenticationFailed | ErrorKind::Server(ServerErrorKind::ReadOnly)
     ) || matches!(error.code(), Some("NOAUTH" | "WRONGPASS" | "READONLY"))
+}
+
+/// Whether a call found the script missing where it ran (a restarted or newly promoted
+/// server, `SCRIPT FLUSH`): it ran nothing, and is sent again with the script's text.
+pub(super) fn is_noscript(error: &RedisError) -> bool {
+    error.kind() == ErrorKind::Server(ServerErrorKind::NoScript)
+}
+
+/// The script's answer: status, debt (a pair), Redis `TIME`, epoch.
+pub(super) type Answer = (i64, i64, i64, i64, i64);
+
+/// Microseconds in `duration`, saturating: `Duration::MAX` is the longest time, not a negative
+/// one.
+pub(super) fn micros(duration: Duration) -> i64 {
+    i64::try_from(duration.as_micros()).unwrap_or(i64::MAX)
+}
+
+/// The bucket script's text.
+const SCRIPT: &str = include_str!("script.lua");
+
+/// `call` (an `EVALSHA` of the script) as an `EVAL` with the script's text: the server that
+/// runs it, the one holding its key, keeps the script for the calls that follow.
+///
+/// The script is not loaded with `SCRIPT LOAD`: on a cluster that goes to every master the
+/// client knows, and fails while one of them is down, so that the node just promoted in its
+/// place would never get it.
+pub(super) fn with_text(call: &Cmd) -> Cmd {
+    let mut eval = ::redis::cmd("EVAL");
+    eval.arg(SCRIPT);
+    for arg in call.args_iter().skip(2) {
+        if let Arg::Simple(bytes) = arg {
+            eval.arg(bytes);
+        }
+    }
+    eval
 }
 
 impl Shared {
@@ -198,10 +235,11 @@ impl Shared {
         if needs_new_connection(&error) {
             self.replace(generation);
         }
-        if is_fault(&error) {
-            Fault::Redis(error)
-        } else {
+        let cluster = self.client.is_none();
+        if is_rejection(&error, cluster) {
             Fault::Rejected(error)
+        } else {
+            Fault::Redis(error)
         }
     }
 
@@ -233,14 +271,30 @@ impl Shared {
 
     /// Microseconds since `base`.
     pub(super) fn local_us(&self) -> i64 {
-        self.base.elapsed().as_micros() as i64
+        micros(self.base.elapsed())
+    }
+
+    /// The Redis time past which a call with `timeout`, sent now, acts on nothing: half its
+    /// timeout after it was sent, by Redis's clock as last seen. `None` (no deadline) when that
+    /// lies beyond the integers the script holds exactly, as for `Duration::MAX`.
+    pub(super) fn deadline_us(&self, timeout: Duration) -> Option<i64> {
+        let at = self.redis_now_us().saturating_add(micros(timeout / 2));
+        (at < 1 << 53).then_some(at)
+    }
+
+    /// The script's call on `key`, by its hash, without its arguments.
+    pub(super) fn script_call(&self, key: &[u8]) -> Cmd {
+        let mut call = ::redis::cmd("EVALSHA");
+        call.arg(self.script.get_hash()).arg(1).arg(key);
+        call
     }
 
     /// Redis `TIME` now, as last seen: never ahead of it when both clocks run at one rate,
     /// since Redis read it before the reply was seen.
     pub(super) fn redis_now_us(&self) -> i64 {
         // Relaxed: an estimate; any recent value serves.
-        self.local_us() + self.offset_us.load(Ordering::Relaxed)
+        self.local_us()
+            .saturating_add(self.offset_us.load(Ordering::Relaxed))
     }
 
     /// Records Redis `TIME` from a reply seen at `local_us`.

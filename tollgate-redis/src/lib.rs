@@ -56,9 +56,14 @@
 //! - *A value that is not a bucket* (written by someone else, truncated, `"nan 5"`) reads as a
 //!   full bucket and is replaced at once by a bucket with an expiry. A key of another type
 //!   (`WRONGTYPE`) is an error the caller sees.
-//! - *Misconfiguration is not an outage*: `WRONGTYPE`, `NOAUTH`, a wrong password, `READONLY`,
-//!   `OOM`, `NOPERM` are [`Error::Rejected`], whatever the policy; the policy decides only when
-//!   Redis cannot answer (unreachable, timed out, loading, busy).
+//! - *Misconfiguration is not an outage*: `WRONGTYPE`, `NOAUTH`, a wrong password, `READONLY`
+//!   (from a lone server), `OOM`, `NOPERM` are [`Error::Rejected`], whatever the policy. The
+//!   policy decides everything else: Redis unreachable, timed out, loading, busy or failing
+//!   over (a cluster's `READONLY`, `TRYAGAIN`, `CLUSTERDOWN`, redirections not followed in
+//!   time), a reply that is not the script's answer, the script still missing after it was
+//!   sent with its text. A server that has forgotten the script (restarted, a replica just
+//!   promoted, `SCRIPT FLUSH`) gets it with the call that found it missing, as an `EVAL` on the
+//!   node holding the key, whatever the state of the other nodes.
 
 mod answers;
 mod builder;
@@ -87,7 +92,7 @@ pub use self::lease::LeasedBucket;
 /// The `redis` crate's client, from which a [`RedisConnection`] connects.
 pub use ::redis::Client;
 
-use self::connection::Shared;
+use self::connection::{is_noscript, micros, with_text, Answer, Shared};
 use self::layout::Layout;
 use tollgate::wait::{GiveBack, RemoteLine};
 use tollgate::{Denied, Jitter, Quota, StdClock, TokenBucket};
@@ -428,8 +433,7 @@ impl Inner {
         let pinned_deadline = false;
         let (generation, mut manager) = shared.manager();
         let sent_us = shared.local_us();
-        let deadline_us = shared.redis_now_us() + (self.timeout / 2).as_micros() as i64;
-        let mut invocation = shared.script.key(&self.key);
+        let deadline = shared.deadline_us(self.timeout);
         let name = match op {
             Op::Take { .. } => "take",
             Op::GiveBack { refund: false, .. } => "cancel",
@@ -444,8 +448,8 @@ impl Inner {
         let (start_us, start_frac) = pair(start as u128);
         let (debt_us, debt_frac) = pair(l.max_debt_units);
         let (charge_us, charge_frac) = pair(charge as u128);
-        invocation
-            .arg(name)
+        let mut call = shared.script_call(self.key.as_bytes());
+        call.arg(name)
             .arg(l.units_per_us)
             .arg(burst_us)
             .arg(burst_frac)
@@ -453,28 +457,26 @@ impl Inner {
             .arg(start_frac)
             .arg(debt_us)
             .arg(debt_frac);
-        match fixed_now {
-            Some(now_us) if pinned_deadline => invocation.arg(deadline_us).arg(now_us),
-            Some(now_us) => invocation.arg("").arg(now_us),
-            None => invocation.arg(deadline_us).arg(""),
+        match (fixed_now, deadline) {
+            (Some(now_us), Some(deadline_us)) if pinned_deadline => {
+                call.arg(deadline_us).arg(now_us)
+            }
+            (Some(now_us), _) => call.arg("").arg(now_us),
+            (None, Some(deadline_us)) => call.arg(deadline_us).arg(""),
+            (None, None) => call.arg("").arg(""),
         };
-        invocation.arg(charge_us).arg(charge_frac);
+        call.arg(charge_us).arg(charge_frac);
         match *op {
             Op::Take { cost, max_debt } => {
                 let (cost_us, cost_frac) = pair(cost as u128);
                 let (max_us, max_frac) = pair(max_debt);
-                invocation
-                    .arg(cost_us)
-                    .arg(cost_frac)
-                    .arg(max_us)
-                    .arg(max_frac);
+                call.arg(cost_us).arg(cost_frac).arg(max_us).arg(max_frac);
             }
             Op::GiveBack {
                 cost, due, epoch, ..
             } => {
                 let (cost_us, cost_frac) = pair(cost as u128);
-                invocation
-                    .arg(cost_us)
+                call.arg(cost_us)
                     .arg(cost_frac)
                     .arg(due.0)
                     .arg(due.1)
@@ -482,7 +484,16 @@ impl Inner {
             }
             Op::Peek => {}
         }
-        let answer = invocation.invoke_async::<(i64, i64, i64, i64, i64)>(&mut manager);
+        let answer = async {
+            match call.query_async::<Answer>(&mut manager).await {
+                // Where it ran, the script was missing (a restart, a node just promoted, a
+                // flush): it ran nothing, and runs now with its text, which loads it there.
+                Err(error) if is_noscript(&error) => {
+                    with_text(&call).query_async::<Answer>(&mut manager).await
+                }
+                answer => answer,
+            }
+        };
         let timeout = Fault::Timeout {
             after: self.timeout,
         };
@@ -501,7 +512,7 @@ impl Inner {
         shared.saw_redis_time(now_us, seen_us);
         if status < 0 {
             // Redis ran the call after its deadline and did nothing.
-            if seen_us - sent_us < (self.timeout / 4).as_micros() as i64 {
+            if seen_us - sent_us < micros(self.timeout / 4) {
                 return Ok(None);
             }
             return Err(timeout);
