@@ -7,6 +7,7 @@
 mod bounds;
 mod clock;
 mod cluster;
+mod durations;
 mod failovers;
 mod faults;
 mod giving_up;
