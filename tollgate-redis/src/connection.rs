@@ -6,7 +6,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use ::redis::{Arg, Client, Cmd, ErrorKind, RedisError, Script, ServerErrorKind};
+use ::redis::{Arg, Client, Cmd, ErrorKind, RedisError, RedisResult, Script, ServerErrorKind};
+use std::string::{String, ToString};
 
 use super::cluster::Link;
 use super::{Fault, SetupError};
@@ -202,6 +203,72 @@ pub(super) fn micros(duration: Duration) -> i64 {
     i64::try_from(duration.as_micros()).unwrap_or(i64::MAX)
 }
 
+/// The script's argument that holds the call's deadline (`ARGV[9]`), after `EVALSHA`, the
+/// hash, the key count and the key.
+const DEADLINE_ARG: usize = 4 + 8;
+
+/// How long a call pauses before it tries again on a connection found dead.
+pub(super) const RETRY_PAUSE: Duration = Duration::from_millis(10);
+
+/// Whether `error` says the connection is dead (reset, closed, refused while reconnecting):
+/// the server restarted or the link dropped, and a new connection may find it back.
+pub(super) fn is_dead_connection(error: &RedisError) -> bool {
+    error.is_connection_dropped() || error.is_connection_refusal()
+}
+
+/// Sends one script call over `shared`'s connection and reads its answer: the answer, with the
+/// generation of the connection that gave it.
+///
+/// A server that has forgotten the script gets the call again with its text. A connection
+/// found dead (a server restarted, a link reset) is replaced by the manager and the call sent
+/// again on the new one, with a deadline fresh from the time left, pausing a moment between
+/// tries, while Redis last answered within one timeout: a restart shorter than the timeout
+/// fails no call, and once an outage is older than that, calls fail at once again (the
+/// caller's timeout bounds the tries). A call sent again after a reset whose first copy had
+/// run takes twice: fewer grants, never more.
+pub(super) async fn send(
+    shared: &Shared,
+    call: Cmd,
+    timeout: Duration,
+) -> (u64, RedisResult<Answer>) {
+    let began = Instant::now();
+    let mut call = call;
+    loop {
+        let (generation, mut manager) = shared.manager();
+        let answer = match call.query_async::<Answer>(&mut manager).await {
+            // Where it ran, the script was missing (a restart, a node just promoted, a flush):
+            // it ran nothing, and runs now with its text, which loads it there.
+            Err(error) if is_noscript(&error) => {
+                with_text(&call).query_async::<Answer>(&mut manager).await
+            }
+            answer => answer,
+        };
+        match answer {
+            Err(error) if is_dead_connection(&error) && shared.answered_within(timeout) => {
+                tokio::time::sleep(RETRY_PAUSE).await;
+                let left = timeout.saturating_sub(began.elapsed());
+                call = with_deadline(&call, shared.deadline_us(left));
+            }
+            answer => return (generation, answer),
+        }
+    }
+}
+
+/// `call` with its deadline replaced by `deadline_us`; a call without one keeps none.
+pub(super) fn with_deadline(call: &Cmd, deadline_us: Option<i64>) -> Cmd {
+    let mut next = Cmd::new();
+    for (i, arg) in call.args_iter().enumerate() {
+        if let Arg::Simple(bytes) = arg {
+            if i == DEADLINE_ARG && !bytes.is_empty() {
+                next.arg(deadline_us.map_or(String::new(), |at| at.to_string()));
+            } else {
+                next.arg(bytes);
+            }
+        }
+    }
+    next
+}
+
 /// The bucket script's text.
 const SCRIPT: &str = include_str!("script.lua");
 
@@ -295,6 +362,13 @@ impl Shared {
         // Relaxed: an estimate; any recent value serves.
         self.local_us()
             .saturating_add(self.offset_us.load(Ordering::Relaxed))
+    }
+
+    /// Whether Redis answered a call within `span` of now.
+    pub(super) fn answered_within(&self, span: Duration) -> bool {
+        // Relaxed: a heuristic.
+        let last = self.last_answer_us.load(Ordering::Relaxed);
+        self.local_us().saturating_sub(last) < micros(span)
     }
 
     /// Records Redis `TIME` from a reply seen at `local_us`.

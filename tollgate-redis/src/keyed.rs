@@ -20,9 +20,12 @@ use ::redis::cluster_routing::Slot;
 use ::redis::{Cmd, RedisResult};
 
 use super::cluster::Link;
-use super::connection::{is_noscript, micros, with_text, Answer, Shared};
+use super::connection::{
+    is_dead_connection, is_noscript, micros, with_deadline, with_text, Answer, Shared, RETRY_PAUSE,
+};
 use super::layout::Layout;
 use super::{Error, Fault, Grant, Level, RedisConnection, SetupError, Source};
+use tokio::time::Instant;
 use tollgate::{Denied, Quota};
 
 /// A quota per key, shared by every process that uses the same prefix on the same Redis.
@@ -240,12 +243,14 @@ impl Inner {
         &self,
         generation: u64,
         mut link: Link,
-        commands: Vec<Cmd>,
+        mut commands: Vec<Cmd>,
     ) -> (Vec<Option<RedisResult<Answer>>>, Option<Fault>) {
         let shared = &*self.connection;
+        let began = Instant::now();
         let mut replies: Vec<Option<RedisResult<Answer>>> = commands.iter().map(|_| None).collect();
         const ROUNDS: usize = 3;
-        for round in 0..ROUNDS {
+        let mut round = 0;
+        while round < ROUNDS {
             let pending: Vec<usize> = (0..commands.len())
                 .filter(|&i| !matches!(&replies[i], Some(Ok(_))))
                 .collect();
@@ -259,12 +264,26 @@ impl Inner {
                     pipe.add_command(commands[i].clone());
                 }
             }
+            let left = self.timeout.saturating_sub(began.elapsed());
             let answer = pipe.query_async::<Vec<RedisResult<Answer>>>(&mut link);
-            match tokio::time::timeout(self.timeout, answer).await {
+            match tokio::time::timeout(left, answer).await {
                 Ok(Ok(answers)) => {
                     for (&i, answer) in pending.iter().zip(answers) {
                         replies[i] = Some(answer);
                     }
+                }
+                // A dead connection (a restart, a reset): sent again on a new one, with fresh
+                // deadlines, as `RedisBucket`'s calls are (see `connection::send`).
+                Ok(Err(error))
+                    if is_dead_connection(&error) && shared.answered_within(self.timeout) =>
+                {
+                    tokio::time::sleep(RETRY_PAUSE).await;
+                    let deadline = shared.deadline_us(self.timeout.saturating_sub(began.elapsed()));
+                    for command in &mut commands {
+                        *command = with_deadline(command, deadline);
+                    }
+                    link = shared.manager().1;
+                    continue;
                 }
                 Ok(Err(error)) if !error.is_timeout() => {
                     return (replies, Some(shared.classify(generation, error)));
@@ -281,6 +300,7 @@ impl Inner {
             if !forgotten {
                 break;
             }
+            round += 1;
         }
         (replies, None)
     }

@@ -92,7 +92,7 @@ pub use self::lease::LeasedBucket;
 /// The `redis` crate's client, from which a [`RedisConnection`] connects.
 pub use ::redis::Client;
 
-use self::connection::{is_noscript, micros, with_text, Answer, Shared};
+use self::connection::{micros, send, Shared};
 use self::layout::Layout;
 use tollgate::wait::{GiveBack, RemoteLine};
 use tollgate::{Denied, Jitter, Quota, StdClock, TokenBucket};
@@ -431,7 +431,7 @@ impl Inner {
         let pinned_deadline = self.deadline_when_pinned.load(Ordering::Relaxed);
         #[cfg(not(test))]
         let pinned_deadline = false;
-        let (generation, mut manager) = shared.manager();
+        let generation = shared.manager().0;
         let sent_us = shared.local_us();
         let deadline = shared.deadline_us(self.timeout);
         let name = match op {
@@ -484,26 +484,17 @@ impl Inner {
             }
             Op::Peek => {}
         }
-        let answer = async {
-            match call.query_async::<Answer>(&mut manager).await {
-                // Where it ran, the script was missing (a restart, a node just promoted, a
-                // flush): it ran nothing, and runs now with its text, which loads it there.
-                Err(error) if is_noscript(&error) => {
-                    with_text(&call).query_async::<Answer>(&mut manager).await
-                }
-                answer => answer,
-            }
-        };
+        let answer = send(&self.connection, call, self.timeout);
         let timeout = Fault::Timeout {
             after: self.timeout,
         };
         let (status, debt_us, debt_frac, now_us, epoch) =
             match tokio::time::timeout(self.timeout, answer).await {
-                Ok(Ok(reply)) => reply,
-                Ok(Err(error)) if !error.is_timeout() => {
+                Ok((_, Ok(reply))) => reply,
+                Ok((generation, Err(error))) if !error.is_timeout() => {
                     return Err(shared.classify(generation, error))
                 }
-                Ok(Err(_)) | Err(_) => {
+                Ok((_, Err(_))) | Err(_) => {
                     shared.timed_out(generation);
                     return Err(timeout);
                 }

@@ -15,6 +15,7 @@ mod jitter;
 mod keyed;
 mod lease;
 mod nginx;
+mod restarts;
 mod sharing;
 mod support;
 mod window;
