@@ -40,6 +40,8 @@ pub struct RedisConnection {
 pub(super) struct Shared {
     /// `None` on a cluster, whose connection follows the cluster's changes by itself.
     client: Option<Client>,
+    /// The server's address, or a cluster's nodes: for messages.
+    pub(super) address: String,
     /// The manager in use and its generation: a new one replaces it after an error that the
     /// manager would not recover from by itself (it reconnects on I/O errors only).
     manager: Mutex<(u64, Link)>,
@@ -75,12 +77,16 @@ impl RedisConnection {
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(SetupError::NoRuntime);
         }
-        let manager = manager(&client)?;
-        Ok(Self::over(Some(client), Link::Single(manager)))
+        let address = client.get_connection_info().addr().to_string();
+        let manager = manager(&client).map_err(|error| SetupError::Unreachable {
+            address: address.clone(),
+            error,
+        })?;
+        Ok(Self::over(Some(client), Link::Single(manager), address))
     }
 
     /// A connection over `link`, recreated from `client` when it must be.
-    pub(super) fn over(client: Option<Client>, link: Link) -> Self {
+    pub(super) fn over(client: Option<Client>, link: Link, address: String) -> Self {
         let base = Instant::now();
         let unix_us = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -88,6 +94,7 @@ impl RedisConnection {
         Self {
             shared: Arc::new(Shared {
                 client,
+                address,
                 manager: Mutex::new((0, link)),
                 generation: AtomicU64::new(0),
                 script: Script::new(SCRIPT),
@@ -109,8 +116,9 @@ impl RedisConnection {
         let ping = command.query_async::<()>(&mut manager);
         match tokio::time::timeout(CONNECT_TIMEOUT, ping).await {
             Ok(Ok(())) => Ok(connection),
-            Ok(Err(error)) => Err(setup_error(error)),
+            Ok(Err(error)) => Err(setup_error(&connection.shared.address, error)),
             Err(_) => Err(SetupError::Timeout {
+                address: connection.shared.address.clone(),
                 after: CONNECT_TIMEOUT,
             }),
         }
@@ -129,7 +137,7 @@ impl core::fmt::Debug for RedisConnection {
     }
 }
 
-fn manager(client: &Client) -> Result<ConnectionManager, SetupError> {
+fn manager(client: &Client) -> Result<ConnectionManager, RedisError> {
     let config = ConnectionManagerConfig::new()
         .set_connection_timeout(Some(CONNECT_TIMEOUT))
         // Each call times itself out; a call that took longer is dropped by its caller.
@@ -139,15 +147,16 @@ fn manager(client: &Client) -> Result<ConnectionManager, SetupError> {
         .set_number_of_retries(1)
         .set_min_delay(Duration::from_millis(10))
         .set_max_delay(Duration::from_millis(100));
-    ConnectionManager::new_lazy_with_config(client.clone(), config).map_err(SetupError::Unreachable)
+    ConnectionManager::new_lazy_with_config(client.clone(), config)
 }
 
-/// `connect`'s verdict on an error: could not reach Redis, or Redis said no.
-pub(super) fn setup_error(error: RedisError) -> SetupError {
+/// `connect`'s verdict on an error from Redis at `address`: could not reach it, or it said no.
+pub(super) fn setup_error(address: &str, error: RedisError) -> SetupError {
+    let address = address.to_string();
     if is_rejection(&error, false) {
-        SetupError::Refused(error)
+        SetupError::Refused { address, error }
     } else {
-        SetupError::Unreachable(error)
+        SetupError::Unreachable { address, error }
     }
 }
 
@@ -244,7 +253,7 @@ pub(super) async fn send(
             answer => answer,
         };
         match answer {
-            Err(error) if is_dead_connection(&error) && shared.answered_within(timeout) => {
+            Err(error) if shared.may_retry(&error, timeout) => {
                 tokio::time::sleep(RETRY_PAUSE).await;
                 let left = timeout.saturating_sub(began.elapsed());
                 call = with_deadline(&call, shared.deadline_us(left));
@@ -362,6 +371,14 @@ impl Shared {
         // Relaxed: an estimate; any recent value serves.
         self.local_us()
             .saturating_add(self.offset_us.load(Ordering::Relaxed))
+    }
+
+    /// Whether a call that failed with `error` is sent again: a lone server's connection found
+    /// dead while Redis answered within `timeout` (a restart under way). A cluster's client
+    /// follows failovers and reconnects itself, within its own retries: sending again while
+    /// a master is down would only hold up its calls to the others.
+    pub(super) fn may_retry(&self, error: &RedisError, timeout: Duration) -> bool {
+        self.client.is_some() && is_dead_connection(error) && self.answered_within(timeout)
     }
 
     /// Whether Redis answered a call within `span` of now.

@@ -21,8 +21,9 @@ use ::redis::{Cmd, RedisResult};
 
 use super::cluster::Link;
 use super::connection::{
-    is_dead_connection, is_noscript, micros, with_deadline, with_text, Answer, Shared, RETRY_PAUSE,
+    is_noscript, micros, with_deadline, with_text, Answer, Shared, RETRY_PAUSE,
 };
+use super::late::{deliver, patience, Taken};
 use super::layout::Layout;
 use super::{Error, Fault, Grant, Level, RedisConnection, SetupError, Source};
 use tokio::time::Instant;
@@ -160,14 +161,63 @@ impl RedisKeyed {
                     None => groups.push((slot, std::vec![i])),
                 }
             }
-            let sent = groups.iter().map(|(_, members)| {
-                let commands = members
+            // Each pipeline is sent from a task of its own, which gives back what its calls
+            // took if their answers come after this caller gave up (`late`).
+            let pending = groups.iter().map(|(_, members)| {
+                let commands: Vec<Cmd> = members
                     .iter()
                     .map(|&i| inner.command(requests[i].0, requests[i].1, deadline_us))
                     .collect();
-                inner.send(generation, link.clone(), commands)
+                let taken: Vec<Taken> = members
+                    .iter()
+                    .map(|&i| Taken {
+                        key: inner.name(requests[i].0),
+                        layout: inner.layout,
+                        cost: inner.layout.cost(requests[i].1),
+                    })
+                    .collect();
+                let (to, answer) = tokio::sync::oneshot::channel();
+                let task_inner = Arc::clone(&self.inner);
+                let link = link.clone();
+                // Detached: it ends with its answers, or its patience.
+                drop(tokio::spawn(async move {
+                    let inner = &*task_inner;
+                    let sent = inner.send(generation, link, commands);
+                    // Past its patience the task gives up: the tokens stay taken.
+                    if let Ok(result) = tokio::time::timeout(patience(inner.timeout), sent).await {
+                        let answered: Vec<(Taken, Answer)> = taken
+                            .into_iter()
+                            .zip(&result.0)
+                            .filter_map(|(taken, reply)| match reply {
+                                Some(Ok(answer)) => Some((taken, *answer)),
+                                _ => None,
+                            })
+                            .collect();
+                        let _ = deliver(&inner.connection, to, result, answered).await;
+                    }
+                }));
+                let members = members.len();
+                async move {
+                    let mut answer = answer;
+                    let received = match tokio::time::timeout(inner.timeout, &mut answer).await {
+                        Ok(received) => received.ok(),
+                        Err(_) => {
+                            // Closed first: an answer from now on is the task's to settle.
+                            answer.close();
+                            answer.try_recv().ok()
+                        }
+                    };
+                    received.unwrap_or_else(|| {
+                        shared.timed_out(generation);
+                        let after = inner.timeout;
+                        (
+                            (0..members).map(|_| None).collect(),
+                            Some(Fault::Timeout { after }),
+                        )
+                    })
+                }
             });
-            let answers = futures_util::future::join_all(sent).await;
+            let answers = futures_util::future::join_all(pending).await;
             let seen_us = shared.local_us();
             for ((_, members), (replies, fault)) in groups.iter().zip(answers) {
                 for (&i, reply) in members.iter().zip(replies) {
@@ -264,19 +314,19 @@ impl Inner {
                     pipe.add_command(commands[i].clone());
                 }
             }
-            let left = self.timeout.saturating_sub(began.elapsed());
-            let answer = pipe.query_async::<Vec<RedisResult<Answer>>>(&mut link);
-            match tokio::time::timeout(left, answer).await {
-                Ok(Ok(answers)) => {
+            // The caller times the pipeline out; this task waits for its answer regardless.
+            match pipe
+                .query_async::<Vec<RedisResult<Answer>>>(&mut link)
+                .await
+            {
+                Ok(answers) => {
                     for (&i, answer) in pending.iter().zip(answers) {
                         replies[i] = Some(answer);
                     }
                 }
                 // A dead connection (a restart, a reset): sent again on a new one, with fresh
                 // deadlines, as `RedisBucket`'s calls are (see `connection::send`).
-                Ok(Err(error))
-                    if is_dead_connection(&error) && shared.answered_within(self.timeout) =>
-                {
+                Err(error) if shared.may_retry(&error, self.timeout) => {
                     tokio::time::sleep(RETRY_PAUSE).await;
                     let deadline = shared.deadline_us(self.timeout.saturating_sub(began.elapsed()));
                     for command in &mut commands {
@@ -285,10 +335,10 @@ impl Inner {
                     link = shared.manager().1;
                     continue;
                 }
-                Ok(Err(error)) if !error.is_timeout() => {
+                Err(error) if !error.is_timeout() => {
                     return (replies, Some(shared.classify(generation, error)));
                 }
-                Ok(Err(_)) | Err(_) => {
+                Err(_) => {
                     shared.timed_out(generation);
                     let after = self.timeout;
                     return (replies, Some(Fault::Timeout { after }));
