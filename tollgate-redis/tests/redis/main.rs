@@ -7,6 +7,7 @@
 mod bounds;
 mod clock;
 mod cluster;
+mod corners;
 mod durations;
 mod eviction;
 mod failovers;
