@@ -14,6 +14,9 @@ use crate::support::{serial, RedisServer};
 const RATE: u64 = 100;
 const BURST: u64 = 10;
 
+/// Tokens used: when, how many, by which caller.
+type Uses = Arc<Mutex<Vec<(Instant, u64, &'static str)>>>;
+
 fn quota() -> Quota {
     Quota::new(Rate::per_second(RATE)).burst(BURST)
 }
@@ -37,7 +40,7 @@ fn one_key_from_a_bucket_and_a_keyed_limiter_keeps_one_bound() {
     let _serial = serial();
     let server = RedisServer::start();
     let rt = multi_thread();
-    let uses = Arc::new(Mutex::new(Vec::<(Instant, u64, &'static str)>::new()));
+    let uses: Uses = Arc::new(Mutex::new(Vec::new()));
     let stop = Arc::new(AtomicBool::new(false));
     let failures = Arc::new(AtomicU64::new(0));
     let began = Instant::now();
@@ -49,7 +52,7 @@ fn one_key_from_a_bucket_and_a_keyed_limiter_keeps_one_bound() {
         let keyed = RedisKeyed::new(&redis, "shared:", quota()).unwrap();
         assert_eq!(keyed.redis_key("x"), bucket.key());
         let mut tasks = tokio::task::JoinSet::new();
-        let note = |uses: &Arc<Mutex<Vec<(Instant, u64, &'static str)>>>, at, n, who| {
+        let note = |uses: &Uses, at, n, who| {
             uses.lock().unwrap().push((at, n, who));
         };
         {
