@@ -381,6 +381,11 @@ impl Shared {
         self.client.is_some() && is_dead_connection(error) && self.answered_within(timeout)
     }
 
+    /// Whether this is a cluster's connection.
+    pub(super) fn is_cluster(&self) -> bool {
+        self.client.is_none()
+    }
+
     /// Whether Redis answered a call within `span` of now.
     pub(super) fn answered_within(&self, span: Duration) -> bool {
         // Relaxed: a heuristic.

@@ -184,7 +184,9 @@ impl RedisKeyed {
                     let inner = &*task_inner;
                     let sent = inner.send(generation, link, commands);
                     // Past its patience the task gives up: the tokens stay taken.
-                    if let Ok(result) = tokio::time::timeout(patience(inner.timeout), sent).await {
+                    if let Ok(result) =
+                        tokio::time::timeout(patience(&inner.connection, inner.timeout), sent).await
+                    {
                         let answered: Vec<(Taken, Answer)> = taken
                             .into_iter()
                             .zip(&result.0)

@@ -77,9 +77,17 @@ pub(super) async fn deliver<T>(
     false
 }
 
-/// How long a call's task waits for its answer: `PATIENCE` times the caller's timeout.
-pub(super) fn patience(timeout: core::time::Duration) -> core::time::Duration {
-    timeout.saturating_mul(PATIENCE)
+/// How long a call's task waits for its answer: `PATIENCE` times the caller's timeout, or on a
+/// cluster the timeout alone. A cluster's client keeps retrying a call to a master that died
+/// (reconnecting, re-reading its map of slots), and calls held in flight past their caller
+/// hold up its calls to every other master; there a call dropped at its timeout keeps what it
+/// took if it ran (fewer grants, never more), as before.
+pub(super) fn patience(shared: &Shared, timeout: core::time::Duration) -> core::time::Duration {
+    if shared.is_cluster() {
+        timeout
+    } else {
+        timeout.saturating_mul(PATIENCE)
+    }
 }
 
 impl Taken {

@@ -45,7 +45,8 @@
 //!   nothing past it, so calls queued behind a stalled server or a slow link and run later
 //!   take nothing. A call that ran in time but whose answer comes back after its caller gave
 //!   up (timed out, or dropped its future) cannot be stopped by any deadline: it is sent from a
-//!   task of its own that waits for the answer (up to ten times the timeout) and gives back
+//!   task of its own that waits for the answer (up to ten times the timeout; on a cluster, the
+//!   timeout alone, so a late answer there keeps what it took) and gives back
 //!   what it took, by the refund rule (all of it, less what the burst cap would have cut since,
 //!   and nothing while a later reservation holds the bucket in debt). So a call answered
 //!   [`Error::Unavailable`] or granted by the policy is not also charged in Redis once its
@@ -536,7 +537,8 @@ impl Inner {
             let sent = send(&connection, call, timeout);
             // Past its patience the task gives up: the tokens stay taken, the charge is owed
             // again (charged twice if the script ran after all: fewer grants, never more).
-            let Ok((generation, result)) = tokio::time::timeout(patience(timeout), sent).await
+            let Ok((generation, result)) =
+                tokio::time::timeout(patience(&connection, timeout), sent).await
             else {
                 return Charge(owed).owe_again();
             };
