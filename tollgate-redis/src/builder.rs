@@ -65,10 +65,14 @@ impl Builder {
     /// answered with an error (a wrong password, a key of another type).
     pub async fn connect(self) -> Result<RedisBucket, SetupError> {
         let bucket = self.connect_lazy()?;
+        let address = &bucket.inner.connection.address;
         match bucket.inner.call(Op::Peek).await {
             Ok(_) => Ok(bucket),
-            Err(Fault::Redis(error) | Fault::Rejected(error)) => Err(setup_error(error)),
-            Err(Fault::Timeout { after }) => Err(SetupError::Timeout { after }),
+            Err(Fault::Redis(error) | Fault::Rejected(error)) => Err(setup_error(address, error)),
+            Err(Fault::Timeout { after }) => Err(SetupError::Timeout {
+                address: address.clone(),
+                after,
+            }),
         }
     }
 

@@ -86,6 +86,11 @@ impl RedisConnection {
     /// hashed) chooses its slot: [`RedisKeyed`](super::RedisKeyed) sends one pipeline per
     /// slot, and several buckets taken all or none by one script would need one slot.
     pub async fn connect_cluster(nodes: &[&str]) -> Result<Self, SetupError> {
+        let address = nodes.join(", ");
+        let timeout = |after| SetupError::Timeout {
+            address: address.clone(),
+            after,
+        };
         let client = ClusterClient::builder(nodes.iter().map(|node| node.to_string()))
             .connection_timeout(core::time::Duration::from_millis(500))
             // Each call times itself out; redirections and retries within that.
@@ -93,26 +98,20 @@ impl RedisConnection {
             .min_retry_wait(10)
             .max_retry_wait(100)
             .build()
-            .map_err(setup_error)?;
+            .map_err(|error| setup_error(&address, error))?;
         let connect = client.get_async_connection();
         let mut link = match tokio::time::timeout(core::time::Duration::from_secs(1), connect).await
         {
             Ok(Ok(link)) => link,
-            Ok(Err(error)) => return Err(setup_error(error)),
-            Err(_) => {
-                return Err(SetupError::Timeout {
-                    after: core::time::Duration::from_secs(1),
-                })
-            }
+            Ok(Err(error)) => return Err(setup_error(&address, error)),
+            Err(_) => return Err(timeout(core::time::Duration::from_secs(1))),
         };
         let command = ::redis::cmd("PING");
         let ping = command.query_async::<()>(&mut link);
         match tokio::time::timeout(core::time::Duration::from_secs(1), ping).await {
-            Ok(Ok(())) => Ok(Self::over(None, Link::Cluster(link))),
-            Ok(Err(error)) => Err(setup_error(error)),
-            Err(_) => Err(SetupError::Timeout {
-                after: core::time::Duration::from_secs(1),
-            }),
+            Ok(Ok(())) => Ok(Self::over(None, Link::Cluster(link), address)),
+            Ok(Err(error)) => Err(setup_error(&address, error)),
+            Err(_) => Err(timeout(core::time::Duration::from_secs(1))),
         }
     }
 }

@@ -6,7 +6,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use ::redis::{Client, ErrorKind, RedisError, Script, ServerErrorKind};
+use ::redis::{Arg, Client, Cmd, ErrorKind, RedisError, RedisResult, Script, ServerErrorKind};
+use std::string::{String, ToString};
 
 use super::cluster::Link;
 use super::{Fault, SetupError};
@@ -39,6 +40,8 @@ pub struct RedisConnection {
 pub(super) struct Shared {
     /// `None` on a cluster, whose connection follows the cluster's changes by itself.
     client: Option<Client>,
+    /// The server's address, or a cluster's nodes: for messages.
+    pub(super) address: String,
     /// The manager in use and its generation: a new one replaces it after an error that the
     /// manager would not recover from by itself (it reconnects on I/O errors only).
     manager: Mutex<(u64, Link)>,
@@ -74,22 +77,27 @@ impl RedisConnection {
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(SetupError::NoRuntime);
         }
-        let manager = manager(&client)?;
-        Ok(Self::over(Some(client), Link::Single(manager)))
+        let address = client.get_connection_info().addr().to_string();
+        let manager = manager(&client).map_err(|error| SetupError::Unreachable {
+            address: address.clone(),
+            error,
+        })?;
+        Ok(Self::over(Some(client), Link::Single(manager), address))
     }
 
     /// A connection over `link`, recreated from `client` when it must be.
-    pub(super) fn over(client: Option<Client>, link: Link) -> Self {
+    pub(super) fn over(client: Option<Client>, link: Link, address: String) -> Self {
         let base = Instant::now();
         let unix_us = SystemTime::now()
             .duration_since(UNIX_EPOCH)
-            .map_or(0, |since| since.as_micros() as i64);
+            .map_or(0, micros);
         Self {
             shared: Arc::new(Shared {
                 client,
+                address,
                 manager: Mutex::new((0, link)),
                 generation: AtomicU64::new(0),
-                script: Script::new(include_str!("script.lua")),
+                script: Script::new(SCRIPT),
                 base,
                 offset_us: AtomicI64::new(unix_us),
                 last_answer_us: AtomicI64::new(0),
@@ -108,8 +116,9 @@ impl RedisConnection {
         let ping = command.query_async::<()>(&mut manager);
         match tokio::time::timeout(CONNECT_TIMEOUT, ping).await {
             Ok(Ok(())) => Ok(connection),
-            Ok(Err(error)) => Err(setup_error(error)),
+            Ok(Err(error)) => Err(setup_error(&connection.shared.address, error)),
             Err(_) => Err(SetupError::Timeout {
+                address: connection.shared.address.clone(),
                 after: CONNECT_TIMEOUT,
             }),
         }
@@ -128,7 +137,7 @@ impl core::fmt::Debug for RedisConnection {
     }
 }
 
-fn manager(client: &Client) -> Result<ConnectionManager, SetupError> {
+fn manager(client: &Client) -> Result<ConnectionManager, RedisError> {
     let config = ConnectionManagerConfig::new()
         .set_connection_timeout(Some(CONNECT_TIMEOUT))
         // Each call times itself out; a call that took longer is dropped by its caller.
@@ -138,40 +147,43 @@ fn manager(client: &Client) -> Result<ConnectionManager, SetupError> {
         .set_number_of_retries(1)
         .set_min_delay(Duration::from_millis(10))
         .set_max_delay(Duration::from_millis(100));
-    ConnectionManager::new_lazy_with_config(client.clone(), config).map_err(SetupError::Unreachable)
+    ConnectionManager::new_lazy_with_config(client.clone(), config)
 }
 
-/// `connect`'s verdict on an error: could not reach Redis, or Redis said no.
-pub(super) fn setup_error(error: RedisError) -> SetupError {
-    if is_fault(&error) {
-        SetupError::Unreachable(error)
+/// `connect`'s verdict on an error from Redis at `address`: could not reach it, or it said no.
+pub(super) fn setup_error(address: &str, error: RedisError) -> SetupError {
+    let address = address.to_string();
+    if is_rejection(&error, false) {
+        SetupError::Refused { address, error }
     } else {
-        SetupError::Refused(error)
+        SetupError::Unreachable { address, error }
     }
 }
 
-/// Whether an error is a fault a policy decides on (Redis unreachable, restarting, loading,
-/// busy), rather than an answer that something is misconfigured.
-fn is_fault(error: &RedisError) -> bool {
-    if error.is_io_error()
-        || error.is_timeout()
-        || error.is_connection_dropped()
-        || error.is_connection_refusal()
-    {
-        return true;
-    }
+/// Whether an error is Redis's answer that something is misconfigured (the key holds another
+/// type, authentication failed, the user may not run scripts, the server is out of memory or,
+/// alone, a replica), which no fault policy papers over. Everything else is a fault the policy
+/// decides: the link failed or dropped, the server is loading, busy or failing over, the
+/// script is missing where the call ran (a node just promoted, a flush), a redirection could
+/// not be followed, a reply could not be read as the script's answer. Only errors a server
+/// sent in answer to a call are rejections: the client's own errors never say that the
+/// server is misconfigured.
+///
+/// On a cluster (`cluster`), `READONLY` is a fault: a write that lands on a master demoted to
+/// a replica mid-failover.
+pub(super) fn is_rejection(error: &RedisError, cluster: bool) -> bool {
     match error.kind() {
-        ErrorKind::Io => true,
+        ErrorKind::AuthenticationFailed | ErrorKind::InvalidClientConfig => true,
         ErrorKind::Server(
-            ServerErrorKind::BusyLoading
-            | ServerErrorKind::TryAgain
-            | ServerErrorKind::MasterDown
-            | ServerErrorKind::ClusterDown
-            // Redirections the cluster client could not follow within its retries: slots moving.
-            | ServerErrorKind::Moved
-            | ServerErrorKind::Ask,
+            ServerErrorKind::ResponseError
+            | ServerErrorKind::ExecAbort
+            | ServerErrorKind::CrossSlot
+            | ServerErrorKind::NoPerm,
         ) => true,
-        ErrorKind::Extension => matches!(error.code(), Some("BUSY")),
+        ErrorKind::Server(ServerErrorKind::ReadOnly) => !cluster,
+        // Codes the client does not know: WRONGTYPE, OOM, NOAUTH, WRONGPASS... are
+        // misconfiguration, BUSY (a script running too long) is a server that cannot answer.
+        ErrorKind::Extension => !matches!(error.code(), Some("BUSY" | "LOADING" | "TRYAGAIN")),
         _ => false,
     }
 }
@@ -183,6 +195,107 @@ fn needs_new_connection(error: &RedisError) -> bool {
         error.kind(),
         ErrorKind::AuthenticationFailed | ErrorKind::Server(ServerErrorKind::ReadOnly)
     ) || matches!(error.code(), Some("NOAUTH" | "WRONGPASS" | "READONLY"))
+}
+
+/// Whether a call found the script missing where it ran (a restarted or newly promoted
+/// server, `SCRIPT FLUSH`): it ran nothing, and is sent again with the script's text.
+pub(super) fn is_noscript(error: &RedisError) -> bool {
+    error.kind() == ErrorKind::Server(ServerErrorKind::NoScript)
+}
+
+/// The script's answer: status, debt (a pair), Redis `TIME`, epoch.
+pub(super) type Answer = (i64, i64, i64, i64, i64);
+
+/// Microseconds in `duration`, saturating: `Duration::MAX` is the longest time, not a negative
+/// one.
+pub(super) fn micros(duration: Duration) -> i64 {
+    i64::try_from(duration.as_micros()).unwrap_or(i64::MAX)
+}
+
+/// The script's argument that holds the call's deadline (`ARGV[9]`), after `EVALSHA`, the
+/// hash, the key count and the key.
+const DEADLINE_ARG: usize = 4 + 8;
+
+/// How long a call pauses before it tries again on a connection found dead.
+pub(super) const RETRY_PAUSE: Duration = Duration::from_millis(10);
+
+/// Whether `error` says the connection is dead (reset, closed, refused while reconnecting):
+/// the server restarted or the link dropped, and a new connection may find it back.
+pub(super) fn is_dead_connection(error: &RedisError) -> bool {
+    error.is_connection_dropped() || error.is_connection_refusal()
+}
+
+/// Sends one script call over `shared`'s connection and reads its answer: the answer, with the
+/// generation of the connection that gave it.
+///
+/// A server that has forgotten the script gets the call again with its text. A connection
+/// found dead (a server restarted, a link reset) is replaced by the manager and the call sent
+/// again on the new one, with a deadline fresh from the time left, pausing a moment between
+/// tries, while Redis last answered within one timeout: a restart shorter than the timeout
+/// fails no call, and once an outage is older than that, calls fail at once again (the
+/// caller's timeout bounds the tries). A call sent again after a reset whose first copy had
+/// run takes twice: fewer grants, never more.
+pub(super) async fn send(
+    shared: &Shared,
+    call: Cmd,
+    timeout: Duration,
+) -> (u64, RedisResult<Answer>) {
+    let began = Instant::now();
+    let mut call = call;
+    loop {
+        let (generation, mut manager) = shared.manager();
+        let answer = match call.query_async::<Answer>(&mut manager).await {
+            // Where it ran, the script was missing (a restart, a node just promoted, a flush):
+            // it ran nothing, and runs now with its text, which loads it there.
+            Err(error) if is_noscript(&error) => {
+                with_text(&call).query_async::<Answer>(&mut manager).await
+            }
+            answer => answer,
+        };
+        match answer {
+            Err(error) if shared.may_retry(&error, timeout) => {
+                tokio::time::sleep(RETRY_PAUSE).await;
+                let left = timeout.saturating_sub(began.elapsed());
+                call = with_deadline(&call, shared.deadline_us(left));
+            }
+            answer => return (generation, answer),
+        }
+    }
+}
+
+/// `call` with its deadline replaced by `deadline_us`; a call without one keeps none.
+pub(super) fn with_deadline(call: &Cmd, deadline_us: Option<i64>) -> Cmd {
+    let mut next = Cmd::new();
+    for (i, arg) in call.args_iter().enumerate() {
+        if let Arg::Simple(bytes) = arg {
+            if i == DEADLINE_ARG && !bytes.is_empty() {
+                next.arg(deadline_us.map_or(String::new(), |at| at.to_string()));
+            } else {
+                next.arg(bytes);
+            }
+        }
+    }
+    next
+}
+
+/// The bucket script's text.
+const SCRIPT: &str = include_str!("script.lua");
+
+/// `call` (an `EVALSHA` of the script) as an `EVAL` with the script's text: the server that
+/// runs it, the one holding its key, keeps the script for the calls that follow.
+///
+/// The script is not loaded with `SCRIPT LOAD`: on a cluster that goes to every master the
+/// client knows, and fails while one of them is down, so that the node just promoted in its
+/// place would never get it.
+pub(super) fn with_text(call: &Cmd) -> Cmd {
+    let mut eval = ::redis::cmd("EVAL");
+    eval.arg(SCRIPT);
+    for arg in call.args_iter().skip(2) {
+        if let Arg::Simple(bytes) = arg {
+            eval.arg(bytes);
+        }
+    }
+    eval
 }
 
 impl Shared {
@@ -198,10 +311,11 @@ impl Shared {
         if needs_new_connection(&error) {
             self.replace(generation);
         }
-        if is_fault(&error) {
-            Fault::Redis(error)
-        } else {
+        let cluster = self.client.is_none();
+        if is_rejection(&error, cluster) {
             Fault::Rejected(error)
+        } else {
+            Fault::Redis(error)
         }
     }
 
@@ -233,14 +347,50 @@ impl Shared {
 
     /// Microseconds since `base`.
     pub(super) fn local_us(&self) -> i64 {
-        self.base.elapsed().as_micros() as i64
+        micros(self.base.elapsed())
+    }
+
+    /// The Redis time past which a call with `timeout`, sent now, acts on nothing: half its
+    /// timeout after it was sent, by Redis's clock as last seen. `None` (no deadline) when that
+    /// lies beyond the integers the script holds exactly, as for `Duration::MAX`.
+    pub(super) fn deadline_us(&self, timeout: Duration) -> Option<i64> {
+        let at = self.redis_now_us().saturating_add(micros(timeout / 2));
+        (at < 1 << 53).then_some(at)
+    }
+
+    /// The script's call on `key`, by its hash, without its arguments.
+    pub(super) fn script_call(&self, key: &[u8]) -> Cmd {
+        let mut call = ::redis::cmd("EVALSHA");
+        call.arg(self.script.get_hash()).arg(1).arg(key);
+        call
     }
 
     /// Redis `TIME` now, as last seen: never ahead of it when both clocks run at one rate,
     /// since Redis read it before the reply was seen.
     pub(super) fn redis_now_us(&self) -> i64 {
         // Relaxed: an estimate; any recent value serves.
-        self.local_us() + self.offset_us.load(Ordering::Relaxed)
+        self.local_us()
+            .saturating_add(self.offset_us.load(Ordering::Relaxed))
+    }
+
+    /// Whether a call that failed with `error` is sent again: a lone server's connection found
+    /// dead while Redis answered within `timeout` (a restart under way). A cluster's client
+    /// follows failovers and reconnects itself, within its own retries: sending again while
+    /// a master is down would only hold up its calls to the others.
+    pub(super) fn may_retry(&self, error: &RedisError, timeout: Duration) -> bool {
+        self.client.is_some() && is_dead_connection(error) && self.answered_within(timeout)
+    }
+
+    /// Whether this is a cluster's connection.
+    pub(super) fn is_cluster(&self) -> bool {
+        self.client.is_none()
+    }
+
+    /// Whether Redis answered a call within `span` of now.
+    pub(super) fn answered_within(&self, span: Duration) -> bool {
+        // Relaxed: a heuristic.
+        let last = self.last_answer_us.load(Ordering::Relaxed);
+        self.local_us().saturating_sub(last) < micros(span)
     }
 
     /// Records Redis `TIME` from a reply seen at `local_us`.

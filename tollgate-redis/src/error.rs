@@ -3,6 +3,7 @@
 use super::Source;
 use core::fmt;
 use core::time::Duration;
+use std::string::String;
 use tollgate::headers::HumanDuration;
 use tollgate::{ConfigError, Denied};
 
@@ -82,8 +83,8 @@ impl Error {
 pub enum Fault {
     /// No answer within the bucket's timeout: a server that hangs, a network that drops
     /// packets, a reconnection still under way. A script that Redis runs more than half the
-    /// timeout after the call was sent takes nothing; one that ran sooner and whose answer was
-    /// lost keeps its tokens, never granted twice.
+    /// timeout after the call was sent takes nothing; one that ran sooner gives back what it
+    /// took when its answer arrives, and keeps it, never granted twice, if none arrives.
     Timeout {
         /// The timeout that elapsed.
         after: Duration,
@@ -130,17 +131,30 @@ pub enum SetupError {
     /// The fallback quota of [`FaultPolicy::Fallback`](super::FaultPolicy) is invalid.
     Fallback(ConfigError),
     /// Redis could not be reached when [`connect`](super::Builder::connect) required it: the
-    /// connection failed or dropped, or Redis was loading or failing over. The error is the
-    /// `source()`.
-    Unreachable(::redis::RedisError),
+    /// connection failed or dropped, or Redis was loading or failing over. Displayed with the
+    /// address and the cause; the error is also the `source()`.
+    Unreachable {
+        /// The server's address (`127.0.0.1:6379`), or a cluster's nodes as given.
+        address: String,
+        /// Why it could not be reached.
+        error: ::redis::RedisError,
+    },
     /// Redis did not answer within the time `connect` gives it.
     Timeout {
+        /// The server's address, or a cluster's nodes as given.
+        address: String,
         /// How long it waited.
         after: Duration,
     },
     /// Redis was reached and answered with an error: a wrong password, a key of another type,
-    /// a read-only replica. The error is the `source()`.
-    Refused(::redis::RedisError),
+    /// a read-only replica. Displayed with the address and Redis's answer; the error is also
+    /// the `source()`.
+    Refused {
+        /// The server's address, or a cluster's nodes as given.
+        address: String,
+        /// What Redis answered.
+        error: ::redis::RedisError,
+    },
     /// [`RedisConnection::connect_lazy`](super::RedisConnection::connect_lazy) was called outside a tokio
     /// runtime: call it from within one (the connection's calls run on it).
     NoRuntime,
@@ -155,11 +169,20 @@ impl fmt::Display for SetupError {
                  count tokens in coarser units or lower the burst",
             ),
             SetupError::Fallback(error) => write!(f, "invalid fallback quota: {error}"),
-            SetupError::Unreachable(_) => f.write_str("cannot reach Redis"),
-            SetupError::Timeout { after } => {
-                write!(f, "no answer from Redis within {}", HumanDuration(*after))
+            SetupError::Unreachable { address, error } => {
+                write!(f, "cannot reach Redis at {address}: {error}")
             }
-            SetupError::Refused(_) => f.write_str("Redis refused the connection's first call"),
+            SetupError::Timeout { address, after } => write!(
+                f,
+                "no answer from Redis at {address} within {}",
+                HumanDuration(*after)
+            ),
+            SetupError::Refused { address, error } => {
+                write!(
+                    f,
+                    "Redis at {address} refused the connection's first call: {error}"
+                )
+            }
             SetupError::NoRuntime => {
                 f.write_str("a Redis connection must be set up within a tokio runtime")
             }
@@ -171,7 +194,9 @@ impl std::error::Error for SetupError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             SetupError::Quota(error) | SetupError::Fallback(error) => Some(error),
-            SetupError::Unreachable(error) | SetupError::Refused(error) => Some(error),
+            SetupError::Unreachable { error, .. } | SetupError::Refused { error, .. } => {
+                Some(error)
+            }
             SetupError::Unrepresentable | SetupError::Timeout { .. } | SetupError::NoRuntime => {
                 None
             }

@@ -17,12 +17,16 @@ use std::sync::Arc;
 use std::vec::Vec;
 
 use ::redis::cluster_routing::Slot;
-use ::redis::{Cmd, RedisError, RedisResult, ServerErrorKind};
+use ::redis::{Cmd, RedisResult};
 
 use super::cluster::Link;
-use super::connection::Shared;
+use super::connection::{
+    is_noscript, micros, with_deadline, with_text, Answer, Shared, RETRY_PAUSE,
+};
+use super::late::{deliver, patience, Taken};
 use super::layout::Layout;
 use super::{Error, Fault, Grant, Level, RedisConnection, SetupError, Source};
+use tokio::time::Instant;
 use tollgate::{Denied, Quota};
 
 /// A quota per key, shared by every process that uses the same prefix on the same Redis.
@@ -62,9 +66,6 @@ struct Inner {
     fail_open: bool,
     timeout: Duration,
 }
-
-/// The script's answer: status, debt (a pair), Redis `TIME`, epoch.
-type Answer = (i64, i64, i64, i64, i64);
 
 impl RedisKeyed {
     /// A limiter holding `quota` for each key, in the Redis key `prefix` followed by the key.
@@ -148,7 +149,7 @@ impl RedisKeyed {
                 break;
             }
             let sent_us = shared.local_us();
-            let deadline_us = shared.redis_now_us() + (inner.timeout / 2).as_micros() as i64;
+            let deadline_us = shared.deadline_us(inner.timeout);
             // The requests each pipeline carries, by index.
             let mut groups: Vec<(Option<Slot>, Vec<usize>)> = Vec::new();
             for &i in &todo {
@@ -160,14 +161,65 @@ impl RedisKeyed {
                     None => groups.push((slot, std::vec![i])),
                 }
             }
-            let sent = groups.iter().map(|(_, members)| {
-                let commands = members
+            // Each pipeline is sent from a task of its own, which gives back what its calls
+            // took if their answers come after this caller gave up (`late`).
+            let pending = groups.iter().map(|(_, members)| {
+                let commands: Vec<Cmd> = members
                     .iter()
                     .map(|&i| inner.command(requests[i].0, requests[i].1, deadline_us))
                     .collect();
-                inner.send(generation, link.clone(), commands)
+                let taken: Vec<Taken> = members
+                    .iter()
+                    .map(|&i| Taken {
+                        key: inner.name(requests[i].0),
+                        layout: inner.layout,
+                        cost: inner.layout.cost(requests[i].1),
+                    })
+                    .collect();
+                let (to, answer) = tokio::sync::oneshot::channel();
+                let task_inner = Arc::clone(&self.inner);
+                let link = link.clone();
+                // Detached: it ends with its answers, or its patience.
+                drop(tokio::spawn(async move {
+                    let inner = &*task_inner;
+                    let sent = inner.send(generation, link, commands);
+                    // Past its patience the task gives up: the tokens stay taken.
+                    if let Ok(result) =
+                        tokio::time::timeout(patience(&inner.connection, inner.timeout), sent).await
+                    {
+                        let answered: Vec<(Taken, Answer)> = taken
+                            .into_iter()
+                            .zip(&result.0)
+                            .filter_map(|(taken, reply)| match reply {
+                                Some(Ok(answer)) => Some((taken, *answer)),
+                                _ => None,
+                            })
+                            .collect();
+                        let _ = deliver(&inner.connection, to, result, answered).await;
+                    }
+                }));
+                let members = members.len();
+                async move {
+                    let mut answer = answer;
+                    let received = match tokio::time::timeout(inner.timeout, &mut answer).await {
+                        Ok(received) => received.ok(),
+                        Err(_) => {
+                            // Closed first: an answer from now on is the task's to settle.
+                            answer.close();
+                            answer.try_recv().ok()
+                        }
+                    };
+                    received.unwrap_or_else(|| {
+                        shared.timed_out(generation);
+                        let after = inner.timeout;
+                        (
+                            (0..members).map(|_| None).collect(),
+                            Some(Fault::Timeout { after }),
+                        )
+                    })
+                }
             });
-            let answers = futures_util::future::join_all(sent).await;
+            let answers = futures_util::future::join_all(pending).await;
             let seen_us = shared.local_us();
             for ((_, members), (replies, fault)) in groups.iter().zip(answers) {
                 for (&i, reply) in members.iter().zip(replies) {
@@ -187,7 +239,7 @@ impl RedisKeyed {
                     });
                 }
             }
-            let quick = seen_us - sent_us < (inner.timeout / 4).as_micros() as i64;
+            let quick = seen_us - sent_us < micros(inner.timeout / 4);
             todo.retain(|&i| quick && matches!(results[i], Some(Ok((status, ..))) if status < 0));
         }
         requests
@@ -224,10 +276,6 @@ impl core::fmt::Debug for RedisKeyed {
     }
 }
 
-fn is_noscript(error: &RedisError) -> bool {
-    error.kind() == ::redis::ErrorKind::Server(ServerErrorKind::NoScript)
-}
-
 impl Inner {
     /// The Redis key of `key`: the prefix, then the key.
     fn name(&self, key: &str) -> Vec<u8> {
@@ -239,36 +287,60 @@ impl Inner {
 
     /// Sends `commands` in one pipeline over `link`: each one's reply, `None` for those that
     /// got none, and the fault that stopped them. A server that has forgotten the script
-    /// (restarted, `SCRIPT FLUSH`) answers NOSCRIPT to calls that ran nothing: it gets the
-    /// script, and they are sent once more.
+    /// (restarted, promoted from a replica, `SCRIPT FLUSH`) answers NOSCRIPT to calls that ran
+    /// nothing: they are sent once more, the first with the script's text, which loads it on
+    /// the node holding their slot (every command of a pipeline is on one slot), and the last
+    /// time all of them with it. A NOSCRIPT left after that is a fault.
     async fn send(
         &self,
         generation: u64,
         mut link: Link,
-        commands: Vec<Cmd>,
+        mut commands: Vec<Cmd>,
     ) -> (Vec<Option<RedisResult<Answer>>>, Option<Fault>) {
         let shared = &*self.connection;
+        let began = Instant::now();
         let mut replies: Vec<Option<RedisResult<Answer>>> = commands.iter().map(|_| None).collect();
-        for _ in 0..2 {
+        const ROUNDS: usize = 3;
+        let mut round = 0;
+        while round < ROUNDS {
             let pending: Vec<usize> = (0..commands.len())
                 .filter(|&i| !matches!(&replies[i], Some(Ok(_))))
                 .collect();
             let mut pipe = ::redis::pipe();
             pipe.ignore_errors();
-            for &i in &pending {
-                pipe.add_command(commands[i].clone());
+            for (k, &i) in pending.iter().enumerate() {
+                let text = round == ROUNDS - 1 || (round > 0 && k == 0);
+                if text {
+                    pipe.add_command(with_text(&commands[i]));
+                } else {
+                    pipe.add_command(commands[i].clone());
+                }
             }
-            let answer = pipe.query_async::<Vec<RedisResult<Answer>>>(&mut link);
-            match tokio::time::timeout(self.timeout, answer).await {
-                Ok(Ok(answers)) => {
+            // The caller times the pipeline out; this task waits for its answer regardless.
+            match pipe
+                .query_async::<Vec<RedisResult<Answer>>>(&mut link)
+                .await
+            {
+                Ok(answers) => {
                     for (&i, answer) in pending.iter().zip(answers) {
                         replies[i] = Some(answer);
                     }
                 }
-                Ok(Err(error)) if !error.is_timeout() => {
+                // A dead connection (a restart, a reset): sent again on a new one, with fresh
+                // deadlines, as `RedisBucket`'s calls are (see `connection::send`).
+                Err(error) if shared.may_retry(&error, self.timeout) => {
+                    tokio::time::sleep(RETRY_PAUSE).await;
+                    let deadline = shared.deadline_us(self.timeout.saturating_sub(began.elapsed()));
+                    for command in &mut commands {
+                        *command = with_deadline(command, deadline);
+                    }
+                    link = shared.manager().1;
+                    continue;
+                }
+                Err(error) if !error.is_timeout() => {
                     return (replies, Some(shared.classify(generation, error)));
                 }
-                Ok(Err(_)) | Err(_) => {
+                Err(_) => {
                     shared.timed_out(generation);
                     let after = self.timeout;
                     return (replies, Some(Fault::Timeout { after }));
@@ -280,22 +352,14 @@ impl Inner {
             if !forgotten {
                 break;
             }
-            let load = shared.script.load_async(&mut link);
-            match tokio::time::timeout(self.timeout, load).await {
-                Ok(Ok(_)) => {}
-                Ok(Err(error)) => return (replies, Some(shared.classify(generation, error))),
-                Err(_) => {
-                    let after = self.timeout;
-                    return (replies, Some(Fault::Timeout { after }));
-                }
-            }
+            round += 1;
         }
         (replies, None)
     }
 
     /// One call of the bucket script on `key`: take `n` (peek for 0), from a full bucket if the
-    /// key is absent, doing nothing past `deadline_us` in Redis time.
-    fn command(&self, key: &str, n: u32, deadline_us: i64) -> Cmd {
+    /// key is absent, doing nothing past `deadline_us` in Redis time (`None`: no deadline).
+    fn command(&self, key: &str, n: u32, deadline_us: Option<i64>) -> Cmd {
         let l = &self.layout;
         let pair = |units: u128| {
             let (us, frac) = l.pair(units);
@@ -303,11 +367,8 @@ impl Inner {
         };
         let ceiling = pair(l.ceiling_units as u128);
         let debt = pair(l.max_debt_units);
-        let mut command = ::redis::cmd("EVALSHA");
+        let mut command = self.connection.script_call(&self.name(key));
         command
-            .arg(self.connection.script.get_hash())
-            .arg(1)
-            .arg(self.name(key))
             .arg(if n == 0 { "peek" } else { "take" })
             .arg(l.units_per_us)
             .arg(ceiling.0)
@@ -316,7 +377,7 @@ impl Inner {
             .arg(ceiling.1)
             .arg(debt.0)
             .arg(debt.1)
-            .arg(deadline_us)
+            .arg(deadline_us.map_or(String::new(), |at| at.to_string()))
             .arg("") // Redis `TIME`
             .arg(0) // nothing charged
             .arg(0);

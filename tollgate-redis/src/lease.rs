@@ -20,7 +20,10 @@ use tollgate::Denied;
 /// earlier than in Redis (a reservation that ran the shared bucket into debt is due later, and
 /// its tokens come due one by one at the quota's rate, the last at the reservation's `wait`,
 /// counted from when its answer arrived), and they are granted only within the lease's
-/// lifetime; those unused then are lost to everyone. A lease replaced early gives back what it
+/// lifetime, counted from when the lease was asked for (no later than Redis took the tokens,
+/// however long its answer took to come back); those unused then are lost to everyone. A
+/// lease whose answer takes longer than its lifetime grants nothing: choose a lifetime well
+/// above the round trip. A lease replaced early gives back what it
 /// did not use by [`cancel`](RedisBucket::cancel)'s rule: what is not yet due, less what later
 /// reservations have counted on.
 ///
@@ -34,7 +37,8 @@ use tollgate::Denied;
 /// lifetime while another process is refused, and at most one lease's worth (`k`) per process
 /// per lifetime is lost. Over any window shorter than the run, grants may exceed
 /// `burst + rate × window` by up to `rate × lifetime`, since a lease taken before the window
-/// may be spent within it.
+/// may be spent within it; this holds however late Redis's answers arrive (up to the call's
+/// timeout), since a token is spent no later than a lifetime after Redis took it.
 ///
 /// ```no_run
 /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
@@ -75,7 +79,11 @@ struct State {
 
 #[derive(Debug)]
 struct Lease {
-    /// When Redis's answer arrived: no earlier than Redis made it.
+    /// When the lease was asked for: no later than Redis made it. The lease expires a lifetime
+    /// after it, however long the answer took to come back.
+    sent: Instant,
+    /// When Redis's answer arrived: no earlier than Redis made it. Its tokens come due from
+    /// here.
     start: Instant,
     tokens: u32,
     used: u32,
@@ -255,7 +263,7 @@ impl LeasedBucket {
             return Local::Spent;
         };
         let age = now.saturating_duration_since(lease.start);
-        let expired = age >= self.lifetime;
+        let expired = now.saturating_duration_since(lease.sent) >= self.lifetime;
         let short = n > lease.tokens - lease.used;
         if expired || short {
             state.next_size = if expired && lease.used < lease.tokens {
@@ -282,8 +290,10 @@ impl LeasedBucket {
     async fn lease(&self, size: u32) -> Result<Lease, Error> {
         // Relaxed: a statistic.
         self.round_trips.fetch_add(1, Ordering::Relaxed);
+        let sent = Instant::now();
         let reservation = self.bucket.reserve(size, self.lifetime / 2).await?;
         Ok(Lease {
+            sent,
             start: Instant::now(),
             tokens: size,
             used: 0,

@@ -40,25 +40,53 @@
 //!
 //! # Faults
 //!
-//! - *A call its caller gave up on takes nothing.* Each call carries a deadline in Redis time
+//! - *A call its caller gave up on keeps nothing.* Each call carries a deadline in Redis time
 //!   (half its timeout after it was sent, by Redis's clock as last seen); the script does
 //!   nothing past it, so calls queued behind a stalled server or a slow link and run later
-//!   take nothing.
+//!   take nothing. A call that ran in time but whose answer comes back after its caller gave
+//!   up (timed out, or dropped its future) cannot be stopped by any deadline: it is sent from a
+//!   task of its own that waits for the answer (up to ten times the timeout; on a cluster, the
+//!   timeout alone, so a late answer there keeps what it took) and gives back
+//!   what it took, by the refund rule (all of it, less what the burst cap would have cut since,
+//!   and nothing while a later reservation holds the bucket in debt). So a call answered
+//!   [`Error::Unavailable`] or granted by the policy is not also charged in Redis once its
+//!   answer is in, and the fallback's grants are charged once. Between the call and its late
+//!   answer the tokens are out of the bucket (fewer grants, never more), and an answer that
+//!   never comes leaves them taken.
+//! - *A restart shorter than the timeout fails no call.* A call that finds its connection dead
+//!   (reset, closed, refused) is sent again on a new one, with a fresh deadline, for as long as
+//!   its timeout allows, while Redis last answered within one timeout; once an outage is older
+//!   than that, calls fail at once again and the policy decides. A call sent again after a
+//!   reset whose first copy had run takes twice: fewer grants, never more.
 //! - *A key that is deleted, flushed, evicted or lost in a restart is a full bucket*: the fleet
 //!   may take one more burst. Waits in the old key are not granted on top: an
 //!   [`acquire`](RedisBucket::acquire) holds nothing in Redis while it waits, and takes from
 //!   whatever key there is when its tokens are due; a [`cancel`](RedisBucket::cancel) gives
 //!   nothing back into a key created after its reservation (the key records when it was
 //!   created).
+//! - *Eviction.* Every bucket key has an expiry (it expires when its bucket would be full), so
+//!   the memory policy decides what an eviction costs, and an evicted key is a full bucket: each
+//!   eviction of a bucket key mints at most one burst. Run Redis with
+//!   `maxmemory-policy noeviction` and memory to spare: a full memory then refuses every call
+//!   (`OOM`, [`Error::Rejected`] whatever the policy) and loses no bucket. Under `allkeys-lru`
+//!   (or `-lfu`) a bucket key is evicted only when it is among the least recently (frequently)
+//!   used. Do not use a `volatile-*` policy on a server that also holds data without expiry:
+//!   the bucket keys are then its only candidates and are evicted first, however busy, and
+//!   once they are gone every call is refused as under `noeviction`.
 //! - *The server's clock.* A step back credits nothing and adds no wait: the bucket keeps the
 //!   level it had when last written. A step forward credits at most one burst (the bucket is
 //!   full at most).
 //! - *A value that is not a bucket* (written by someone else, truncated, `"nan 5"`) reads as a
 //!   full bucket and is replaced at once by a bucket with an expiry. A key of another type
 //!   (`WRONGTYPE`) is an error the caller sees.
-//! - *Misconfiguration is not an outage*: `WRONGTYPE`, `NOAUTH`, a wrong password, `READONLY`,
-//!   `OOM`, `NOPERM` are [`Error::Rejected`], whatever the policy; the policy decides only when
-//!   Redis cannot answer (unreachable, timed out, loading, busy).
+//! - *Misconfiguration is not an outage*: `WRONGTYPE`, `NOAUTH`, a wrong password, `READONLY`
+//!   (from a lone server), `OOM`, `NOPERM` are [`Error::Rejected`], whatever the policy. The
+//!   policy decides everything else: Redis unreachable, timed out, loading, busy or failing
+//!   over (a cluster's `READONLY`, `TRYAGAIN`, `CLUSTERDOWN`, redirections not followed in
+//!   time), a reply that is not the script's answer, the script still missing after it was
+//!   sent with its text. A server that has forgotten the script (restarted, a replica just
+//!   promoted, `SCRIPT FLUSH`) gets it with the call that found it missing, as an `EVAL` on the
+//!   node holding the key, whatever the state of the other nodes.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
@@ -68,6 +96,7 @@ mod cluster;
 mod connection;
 mod error;
 mod keyed;
+mod late;
 mod layout;
 mod lease;
 #[cfg(test)]
@@ -89,7 +118,8 @@ pub use self::lease::LeasedBucket;
 /// The `redis` crate's client, from which a [`RedisConnection`] connects.
 pub use ::redis::Client;
 
-use self::connection::Shared;
+use self::connection::{micros, send, Shared};
+use self::late::{deliver, patience, Charge, Taken};
 use self::layout::Layout;
 use tollgate::wait::{GiveBack, RemoteLine};
 use tollgate::{Denied, Jitter, Quota, StdClock, TokenBucket};
@@ -144,7 +174,7 @@ struct Fallback {
     /// Units granted locally and not yet charged to Redis: the next call that reaches it takes
     /// them from the shared bucket first, so that Redis's refill during the outage is not
     /// granted again on top.
-    owed_units: AtomicU64,
+    owed_units: Arc<AtomicU64>,
 }
 
 /// One call of the script.
@@ -351,7 +381,7 @@ impl Fallback {
             )?)),
             quota,
             healthy: AtomicBool::new(true),
-            owed_units: AtomicU64::new(0),
+            owed_units: Arc::new(AtomicU64::new(0)),
         })
     }
 
@@ -387,6 +417,10 @@ impl Inner {
             // Redis's clock had moved on from the estimate (a step forward): it is fresh now.
             result = self.call_once(&op, charge).await;
         }
+        if let (Ok(None), Some(fallback)) = (&result, fallback) {
+            // Run past its deadline twice: nothing was charged.
+            fallback.owe(charge);
+        }
         let result = result.and_then(|reply| {
             reply.ok_or(Fault::Timeout {
                 after: self.timeout,
@@ -395,10 +429,10 @@ impl Inner {
         self.line
             .saw_outage(matches!(&result, Err(fault) if !matches!(fault, Fault::Rejected(_))));
         if let Some(fallback) = fallback {
-            match &result {
-                Ok(_) => fallback.healthy.store(true, Ordering::Relaxed),
-                // Charged twice if the script ran after all: fewer grants, never more.
-                Err(_) => fallback.owe(charge),
+            // A charge that did not reach Redis is owed again by `call_once`, or by its task
+            // once the caller gave up.
+            if result.is_ok() {
+                fallback.healthy.store(true, Ordering::Relaxed);
             }
         }
         result
@@ -428,10 +462,9 @@ impl Inner {
         let pinned_deadline = self.deadline_when_pinned.load(Ordering::Relaxed);
         #[cfg(not(test))]
         let pinned_deadline = false;
-        let (generation, mut manager) = shared.manager();
+        let generation = shared.manager().0;
         let sent_us = shared.local_us();
-        let deadline_us = shared.redis_now_us() + (self.timeout / 2).as_micros() as i64;
-        let mut invocation = shared.script.key(&self.key);
+        let deadline = shared.deadline_us(self.timeout);
         let name = match op {
             Op::Take { .. } => "take",
             Op::GiveBack { refund: false, .. } => "cancel",
@@ -446,8 +479,8 @@ impl Inner {
         let (start_us, start_frac) = pair(start as u128);
         let (debt_us, debt_frac) = pair(l.max_debt_units);
         let (charge_us, charge_frac) = pair(charge as u128);
-        invocation
-            .arg(name)
+        let mut call = shared.script_call(self.key.as_bytes());
+        call.arg(name)
             .arg(l.units_per_us)
             .arg(burst_us)
             .arg(burst_frac)
@@ -455,28 +488,26 @@ impl Inner {
             .arg(start_frac)
             .arg(debt_us)
             .arg(debt_frac);
-        match fixed_now {
-            Some(now_us) if pinned_deadline => invocation.arg(deadline_us).arg(now_us),
-            Some(now_us) => invocation.arg("").arg(now_us),
-            None => invocation.arg(deadline_us).arg(""),
+        match (fixed_now, deadline) {
+            (Some(now_us), Some(deadline_us)) if pinned_deadline => {
+                call.arg(deadline_us).arg(now_us)
+            }
+            (Some(now_us), _) => call.arg("").arg(now_us),
+            (None, Some(deadline_us)) => call.arg(deadline_us).arg(""),
+            (None, None) => call.arg("").arg(""),
         };
-        invocation.arg(charge_us).arg(charge_frac);
+        call.arg(charge_us).arg(charge_frac);
         match *op {
             Op::Take { cost, max_debt } => {
                 let (cost_us, cost_frac) = pair(cost as u128);
                 let (max_us, max_frac) = pair(max_debt);
-                invocation
-                    .arg(cost_us)
-                    .arg(cost_frac)
-                    .arg(max_us)
-                    .arg(max_frac);
+                call.arg(cost_us).arg(cost_frac).arg(max_us).arg(max_frac);
             }
             Op::GiveBack {
                 cost, due, epoch, ..
             } => {
                 let (cost_us, cost_frac) = pair(cost as u128);
-                invocation
-                    .arg(cost_us)
+                call.arg(cost_us)
                     .arg(cost_frac)
                     .arg(due.0)
                     .arg(due.1)
@@ -484,29 +515,89 @@ impl Inner {
             }
             Op::Peek => {}
         }
-        let answer = invocation.invoke_async::<(i64, i64, i64, i64, i64)>(&mut manager);
-        let timeout = Fault::Timeout {
-            after: self.timeout,
+        // Sent from a task of its own, which gives back what the call took if its answer
+        // comes after this caller gave up (`late`).
+        let taken = Taken {
+            key: self.key.as_bytes().to_vec(),
+            layout: *l,
+            cost: match *op {
+                Op::Take { cost, .. } => cost,
+                Op::GiveBack { .. } | Op::Peek => 0,
+            },
         };
-        let (status, debt_us, debt_frac, now_us, epoch) =
-            match tokio::time::timeout(self.timeout, answer).await {
-                Ok(Ok(reply)) => reply,
-                Ok(Err(error)) if !error.is_timeout() => {
-                    return Err(shared.classify(generation, error))
-                }
-                Ok(Err(_)) | Err(_) => {
-                    shared.timed_out(generation);
-                    return Err(timeout);
-                }
+        let owed = match &self.policy {
+            Policy::Fallback(fallback) if charge > 0 => {
+                Some((Arc::clone(&fallback.owed_units), charge))
+            }
+            _ => None,
+        };
+        let (to, mut answer) = tokio::sync::oneshot::channel();
+        let connection = Arc::clone(&self.connection);
+        let timeout = self.timeout;
+        // Detached: it ends with its answer, or its patience.
+        drop(tokio::spawn(async move {
+            let sent = send(&connection, call, timeout);
+            // Past its patience the task gives up: the tokens stay taken, the charge is owed
+            // again (charged twice if the script ran after all: fewer grants, never more).
+            let Ok((generation, result)) =
+                tokio::time::timeout(patience(&connection, timeout), sent).await
+            else {
+                return Charge(owed).owe_again();
             };
+            let answer = result.as_ref().ok().copied();
+            let answered = answer.map(|answer| (taken, answer));
+            if !deliver(&connection, to, (generation, result), answered).await {
+                // The caller gave up: the charge is this task's to settle.
+                if answer.is_none_or(|(status, ..)| status < 0) {
+                    Charge(owed).owe_again();
+                }
+            }
+        }));
+        let result = match tokio::time::timeout(self.timeout, &mut answer).await {
+            Ok(received) => received.ok(),
+            Err(_) => {
+                // Closed first: an answer that arrives from now on is the task's to settle.
+                answer.close();
+                answer.try_recv().ok()
+            }
+        };
+        // Where an answer came, the charge is this caller's: owed again unless the script ran.
+        let owe_again = || {
+            if let Policy::Fallback(fallback) = &self.policy {
+                fallback.owe(charge);
+            }
+        };
+        let (status, debt_us, debt_frac, now_us, epoch) = match result {
+            Some((_, Ok(reply))) => reply,
+            Some((generation, Err(error))) => {
+                owe_again();
+                if error.is_timeout() {
+                    shared.timed_out(generation);
+                    return Err(Fault::Timeout {
+                        after: self.timeout,
+                    });
+                }
+                return Err(shared.classify(generation, error));
+            }
+            None => {
+                shared.timed_out(generation);
+                return Err(Fault::Timeout {
+                    after: self.timeout,
+                });
+            }
+        };
         let seen_us = shared.local_us();
         shared.saw_redis_time(now_us, seen_us);
         if status < 0 {
-            // Redis ran the call after its deadline and did nothing.
-            if seen_us - sent_us < (self.timeout / 4).as_micros() as i64 {
+            // Redis ran the call after its deadline and did nothing; a second try carries the
+            // charge again.
+            if seen_us - sent_us < micros(self.timeout / 4) {
                 return Ok(None);
             }
-            return Err(timeout);
+            owe_again();
+            return Err(Fault::Timeout {
+                after: self.timeout,
+            });
         }
         if first {
             self.start_pending.store(false, Ordering::Relaxed);

@@ -54,8 +54,8 @@ impl RedisBucket {
     /// due, so a future dropped while it waits (`tokio::time::timeout`, `select!`, an aborted
     /// task) leaves the bucket as if it had never queued, and the next in line moves up.
     /// A future dropped during the head's round trip takes nothing if Redis runs the call after
-    /// half its timeout; otherwise its tokens may be taken and are then lost, never granted
-    /// twice. A future dropped during its [`Jitter`] gives its take back, less what the burst
+    /// half its timeout; otherwise what it took is given back when its answer arrives (see the
+    /// crate's *Faults*), never granted twice. A future dropped during its [`Jitter`] gives its take back, less what the burst
     /// cap would have cut since (a call to Redis started on the runtime as it drops).
     ///
     /// **Jitter.** A wait that slept (in line, or for Redis's `retry_after`) then sleeps the

@@ -620,15 +620,28 @@ fn a_rotated_password_is_an_error_and_the_connection_recovers() {
             Client::open(server.url_with_password("first")).unwrap(),
         )
         .await;
-        assert!(matches!(refused, Err(SetupError::Refused(_))), "{refused:?}");
-        let unreachable = RedisConnection::connect(
-            Client::open(format!("redis://127.0.0.1:{}/", crate::support::free_port())).unwrap(),
-        )
-        .await;
-        assert!(
-            matches!(unreachable, Err(SetupError::Unreachable(_))),
-            "{unreachable:?}"
-        );
+        // Each message names the server and the cause, not only the `source()`.
+        let address = format!("127.0.0.1:{}", server.port);
+        match &refused {
+            Err(error @ SetupError::Refused { .. }) => {
+                let text = error.to_string();
+                assert!(text.contains(&address), "{text}");
+                assert!(text.contains("authentication failed"), "{text}");
+            }
+            other => panic!("{other:?}"),
+        }
+        let port = crate::support::free_port();
+        let unreachable =
+            RedisConnection::connect(Client::open(format!("redis://127.0.0.1:{port}/")).unwrap())
+                .await;
+        match &unreachable {
+            Err(error @ SetupError::Unreachable { .. }) => {
+                let text = error.to_string();
+                assert!(text.contains(&format!("127.0.0.1:{port}")), "{text}");
+                assert!(text.to_lowercase().contains("refused"), "{text}");
+            }
+            other => panic!("{other:?}"),
+        }
 
         server.cli(Some("second"), &["CONFIG", "SET", "requirepass", "first"]);
         let back = Instant::now();
@@ -847,7 +860,9 @@ fn a_value_that_is_not_a_bucket_heals() {
             .connect()
             .await;
         match refused {
-            Err(SetupError::Refused(said)) => assert_eq!(said.code(), Some("WRONGTYPE"), "{said}"),
+            Err(SetupError::Refused { error: said, .. }) => {
+                assert_eq!(said.code(), Some("WRONGTYPE"), "{said}")
+            }
             other => panic!("{other:?}"),
         }
     });

@@ -18,37 +18,30 @@ const BURST: u64 = 10;
 
 /// Six `redis-server`s in cluster mode on loopback ports, each in its own directory; every one
 /// is killed when this is dropped, whatever happened.
-struct Cluster {
+pub(crate) struct Cluster {
     nodes: Vec<(u16, Option<Child>)>,
     dir: PathBuf,
+    node_timeout_ms: u64,
 }
 
 impl Cluster {
     /// Three masters and three replicas, a node declared failed after 1 s without an answer.
     fn start() -> Self {
+        Self::start_with_node_timeout(1_000)
+    }
+
+    /// Three masters and three replicas, a node declared failed after `node_timeout_ms`
+    /// without an answer.
+    pub(crate) fn start_with_node_timeout(node_timeout_ms: u64) -> Self {
         let dir = std::env::temp_dir().join(format!("tollgate-cluster-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let mut cluster = Cluster {
             nodes: Vec::new(),
             dir,
+            node_timeout_ms,
         };
         for port in cluster_ports(6) {
-            let dir = cluster.dir.join(port.to_string());
-            std::fs::create_dir_all(&dir).expect("node directory");
-            let child = Command::new(system::program("redis-server", "redis-server"))
-                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-                .args(["--cluster-enabled", "yes", "--cluster-node-timeout", "1000"])
-                .args(["--cluster-config-file", "nodes.conf"])
-                // A replica takes over however long it was cut off; the masters whose slots
-                // are served keep serving while one is down.
-                .args(["--cluster-replica-validity-factor", "0"])
-                .args(["--cluster-require-full-coverage", "no"])
-                .args(["--save", "", "--appendonly", "no", "--loglevel", "warning"])
-                .arg("--dir")
-                .arg(&dir)
-                .stdout(Stdio::null())
-                .spawn()
-                .expect("redis-server starts");
+            let child = cluster.spawn(port);
             cluster.nodes.push((port, Some(child)));
         }
         for &(port, _) in &cluster.nodes {
@@ -86,7 +79,39 @@ impl Cluster {
         cluster
     }
 
-    fn urls(&self) -> Vec<String> {
+    /// Starts the node at `port` in its directory: with its `nodes.conf` if it ran before, so
+    /// that a killed node comes back as itself (a replica of whoever took its slots over).
+    fn spawn(&self, port: u16) -> Child {
+        let dir = self.dir.join(port.to_string());
+        std::fs::create_dir_all(&dir).expect("node directory");
+        Command::new(system::program("redis-server", "redis-server"))
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--cluster-enabled", "yes"])
+            .args(["--cluster-node-timeout", &self.node_timeout_ms.to_string()])
+            .args(["--cluster-config-file", "nodes.conf"])
+            // A replica takes over however long it was cut off; the masters whose slots
+            // are served keep serving while one is down.
+            .args(["--cluster-replica-validity-factor", "0"])
+            .args(["--cluster-require-full-coverage", "no"])
+            .args(["--save", "", "--appendonly", "no", "--loglevel", "warning"])
+            .arg("--dir")
+            .arg(&dir)
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("redis-server starts")
+    }
+
+    /// Starts the node at `port` again, after [`kill`](Self::kill).
+    pub(crate) fn restart(&mut self, port: u16) {
+        let stopped = self
+            .nodes
+            .iter()
+            .position(|(node, child)| *node == port && child.is_none())
+            .unwrap_or_else(|| panic!("no stopped node {port}"));
+        self.nodes[stopped].1 = Some(self.spawn(port));
+    }
+
+    pub(crate) fn urls(&self) -> Vec<String> {
         self.nodes
             .iter()
             .map(|(port, _)| format!("redis://127.0.0.1:{port}/"))
@@ -94,7 +119,7 @@ impl Cluster {
     }
 
     /// The masters' ports and their slot ranges, by the first node that answers.
-    fn masters(&self) -> Vec<(u16, Vec<(u16, u16)>)> {
+    pub(crate) fn masters(&self) -> Vec<(u16, Vec<(u16, u16)>)> {
         let nodes = self
             .nodes
             .iter()
@@ -179,7 +204,7 @@ impl Cluster {
     }
 
     /// Kills the node at `port` at once, as a crash would.
-    fn kill(&mut self, port: u16) {
+    pub(crate) fn kill(&mut self, port: u16) {
         for (node, child) in &mut self.nodes {
             if *node == port {
                 if let Some(mut child) = child.take() {
@@ -215,7 +240,7 @@ fn cluster_ports(count: usize) -> Vec<u16> {
     ports
 }
 
-fn cli(port: u16, args: &[&str]) -> String {
+pub(crate) fn cli(port: u16, args: &[&str]) -> String {
     let out = Command::new(system::program("redis-cli", "redis-server"))
         .args(["-p", &port.to_string()])
         .args(args)
@@ -224,7 +249,7 @@ fn cli(port: u16, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).trim_end().to_string()
 }
 
-fn wait_for(limit: Duration, mut ready: impl FnMut() -> bool) {
+pub(crate) fn wait_for(limit: Duration, mut ready: impl FnMut() -> bool) {
     let began = Instant::now();
     while !ready() {
         assert!(began.elapsed() < limit, "not ready within {limit:?}");

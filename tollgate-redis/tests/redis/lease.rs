@@ -196,3 +196,136 @@ fn a_released_lease_gives_back_only_what_is_not_due() {
         assert_eq!(leased.round_trips(), 3);
     });
 }
+
+/// Grants in the busiest `window` of `times` (sorted instants, one per token granted).
+fn busiest(times: &[Instant], window: Duration) -> u64 {
+    let mut most = 0;
+    let mut first = 0;
+    for last in 0..times.len() {
+        while times[last] - times[first] > window {
+            first += 1;
+        }
+        most = most.max(last - first + 1);
+    }
+    most as u64
+}
+
+/// Ten leasing holders (1 000/s, burst 200, lifetime 100 ms, call timeout 1 s) whose answers
+/// from Redis come back late through a proxy: 0, 60 and 150 ms. Five lease at once at `S` and
+/// spend their lease just before it expires as the answer's arrival would have it (arrival +
+/// lifetime − 3 ms); five more lease at `S + 100 ms` and spend theirs as soon as it arrives, so
+/// that both spendings meet. The grants of the busiest 20 ms stay within
+/// `burst + rate × window + rate × lifetime` (320) whatever the delay, and no token is granted
+/// more than a lifetime after its lease was asked for (before Redis took it), however late the
+/// answer came.
+#[test]
+fn late_answers_do_not_stretch_a_lease() {
+    let _serial = serial();
+    let server = RedisServer::start();
+    let quota = Quota::new(Rate::per_second(1_000)).burst(200);
+    let lifetime = Duration::from_millis(100);
+    let window = Duration::from_millis(20);
+    let bound = 200 + 1_000 * window.as_millis() as u64 / 1_000 + 100;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let mut report = Vec::new();
+    for delay_ms in [0u64, 60, 150] {
+        let (grants, latest) = rt.block_on(async {
+            let proxy =
+                crate::support::DelayProxy::start(server.port, Duration::from_millis(delay_ms))
+                    .await;
+            let redis = RedisConnection::connect(Client::open(proxy.url()).unwrap())
+                .await
+                .unwrap();
+            let key = format!("late-lease-{delay_ms}");
+            let holder = || {
+                let bucket = RedisBucket::builder(&redis, key.clone(), quota)
+                    .timeout(Duration::from_secs(1))
+                    .connect_lazy()
+                    .unwrap();
+                std::sync::Arc::new(LeasedBucket::new(bucket, lifetime))
+            };
+            let holders: Vec<_> = (0..10).map(|_| holder()).collect();
+            // Each grows its lease to the largest (50: half a lifetime of the rate): a lease
+            // of 50 used up at once.
+            // (Where the answers take longer than a lifetime, every lease is dead on arrival
+            // and the size never grows: a few tries, then on.)
+            for holder in &holders {
+                for _ in 0..10 {
+                    if holder.next_lease_size() >= 50 {
+                        break;
+                    }
+                    let _ = holder.try_acquire(50).await;
+                }
+            }
+            // A full bucket.
+            tokio::time::sleep(Duration::from_millis(400)).await;
+            let granted = std::sync::Arc::new(std::sync::Mutex::new(Vec::<Instant>::new()));
+            let note = |granted: &std::sync::Arc<std::sync::Mutex<Vec<Instant>>>, n: u32| {
+                let now = Instant::now();
+                granted.lock().unwrap().extend((0..n).map(|_| now));
+            };
+            let latest = std::sync::Arc::new(std::sync::Mutex::new(Duration::ZERO));
+            let mut tasks = tokio::task::JoinSet::new();
+            for (i, holder) in holders.iter().enumerate() {
+                let (holder, granted) = (
+                    std::sync::Arc::clone(holder),
+                    std::sync::Arc::clone(&granted),
+                );
+                let latest = std::sync::Arc::clone(&latest);
+                tasks.spawn(async move {
+                    if i < 5 {
+                        // Lease now, spend the rest just before the lease "expires".
+                        let asked = Instant::now();
+                        if holder.try_acquire(1).await.is_ok() {
+                            note(&granted, 1);
+                        }
+                        let arrived = asked.elapsed();
+                        let spend_at = arrived + lifetime - Duration::from_millis(3);
+                        tokio::time::sleep(spend_at.saturating_sub(asked.elapsed())).await;
+                        if holder.try_acquire(49).await.is_ok() {
+                            note(&granted, 49);
+                            // How long after the lease was asked for its last token went.
+                            let mut latest = latest.lock().unwrap();
+                            *latest = latest.max(asked.elapsed());
+                        }
+                    } else {
+                        // Lease 100 ms later and spend it all on arrival.
+                        tokio::time::sleep(lifetime).await;
+                        if holder.try_acquire(50).await.is_ok() {
+                            note(&granted, 50);
+                        }
+                    }
+                });
+            }
+            while let Some(task) = tasks.join_next().await {
+                task.expect("holder");
+            }
+            let mut granted = granted.lock().unwrap().clone();
+            granted.sort();
+            let latest = *latest.lock().unwrap();
+            (granted, latest)
+        });
+        let most = busiest(&grants, window);
+        println!(
+            "reply delay {delay_ms} ms: {} grants, {most} in the busiest {window:?}, bound \
+             {bound}; a lease's token granted at most {latest:?} after it was asked for",
+            grants.len()
+        );
+        report.push((delay_ms, most, latest));
+    }
+    for (delay_ms, most, latest) in report {
+        assert!(
+            most <= bound,
+            "delay {delay_ms} ms: {most} grants in {window:?} > {bound}"
+        );
+        // A margin for the time between asking and sending, on a busy machine.
+        assert!(
+            latest <= lifetime + Duration::from_millis(10),
+            "delay {delay_ms} ms: a token granted {latest:?} after its lease was asked for"
+        );
+    }
+}

@@ -551,3 +551,91 @@ fn pump(
         }
     }
 }
+
+/// A TCP proxy on loopback, run on the caller's tokio runtime, that delays every byte from the
+/// server to the client by an amount that can change while it runs (a return path that turns
+/// slow); the client's bytes pass at once. Bytes keep their order.
+pub struct DelayProxy {
+    pub port: u16,
+    delay_us: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl DelayProxy {
+    /// Starts the proxy in front of `target`, delaying its replies by `delay`. Call it within a
+    /// tokio runtime with I/O and timers enabled.
+    pub async fn start(target: u16, delay: Duration) -> Self {
+        use std::sync::atomic::AtomicU64;
+        use std::sync::Arc;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("proxy port");
+        let port = listener.local_addr().expect("address").port();
+        let delay_us = Arc::new(AtomicU64::new(delay.as_micros() as u64));
+        let shared = Arc::clone(&delay_us);
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let Ok(server) = tokio::net::TcpStream::connect(("127.0.0.1", target)).await else {
+                    continue;
+                };
+                let _ = client.set_nodelay(true);
+                let _ = server.set_nodelay(true);
+                let (client_read, client_write) = client.into_split();
+                let (server_read, server_write) = server.into_split();
+                tokio::spawn(forward(client_read, server_write));
+                tokio::spawn(delayed(server_read, client_write, Arc::clone(&shared)));
+            }
+        });
+        Self { port, delay_us }
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// Delays the replies that arrive from now on by `delay`.
+    pub fn set_delay(&self, delay: Duration) {
+        self.delay_us.store(
+            delay.as_micros() as u64,
+            std::sync::atomic::Ordering::SeqCst,
+        );
+    }
+}
+
+async fn forward(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+) {
+    let _ = tokio::io::copy(&mut from, &mut to).await;
+}
+
+/// Copies `from` to `to`, each chunk written `delay_us` after it was read.
+async fn delayed(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    delay_us: std::sync::Arc<std::sync::atomic::AtomicU64>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (chunks, mut due) =
+        tokio::sync::mpsc::unbounded_channel::<(tokio::time::Instant, Vec<u8>)>();
+    tokio::spawn(async move {
+        while let Some((at, bytes)) = due.recv().await {
+            tokio::time::sleep_until(at).await;
+            if to.write_all(&bytes).await.is_err() {
+                return;
+            }
+        }
+    });
+    let mut buffer = vec![0u8; 64 * 1024];
+    loop {
+        match from.read(&mut buffer).await {
+            Ok(0) | Err(_) => return,
+            Ok(read) => {
+                let delay = delay_us.load(std::sync::atomic::Ordering::SeqCst);
+                let at = tokio::time::Instant::now() + Duration::from_micros(delay);
+                if chunks.send((at, buffer[..read].to_vec())).is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
