@@ -266,15 +266,28 @@ impl<C: Clock, W: AdjustableWord> AdjustableBucket<C, W> {
     ///
     /// Pass only reservations made by this bucket.
     pub fn cancel(&self, reservation: AdjustableReservation) {
+        self.give_back_by(reservation, true, Layout::give_back);
+    }
+
+    /// Gives a reservation's tokens back by `rule(layout, word, now_units, due, cost)`, if the
+    /// quota is still the one it was taken under (after a change the word was converted, and a
+    /// give-back in the old units could mint), the clock reads at or after the instant it was
+    /// made and, when `pending_only`, before the instant it is due: `TokenBucket`'s rule, on
+    /// ticks, so that a clock stepped back cannot make a due reservation look pending.
+    pub(crate) fn give_back_by(
+        &self,
+        reservation: AdjustableReservation,
+        pending_only: bool,
+        rule: impl Fn(&Layout, u64, u64, u64, u64) -> Option<u64>,
+    ) {
         if reservation.tokens == 0 {
             return;
         }
         let now = self.clock.now();
-        // Signed differences on ticks, as `TokenBucket::cancel` reads them: a clock stepped
-        // back before the reservation, or one past its due instant, gives nothing back.
+        // Signed differences on ticks: 2^63 ticks is centuries on any clock up to 10 GHz.
         let since_made = now.wrapping_sub(reservation.made_ticks) as i64;
         let until_due = reservation.due_ticks.wrapping_sub(now) as i64;
-        if since_made < 0 || until_due <= 0 {
+        if since_made < 0 || (pending_only && until_due <= 0) {
             return;
         }
         let _nothing_to_give_back = self.update(
@@ -282,7 +295,7 @@ impl<C: Clock, W: AdjustableWord> AdjustableBucket<C, W> {
                 if *p != reservation.layout {
                     return Err(());
                 }
-                p.give_back(word, now_units, reservation.due_units, reservation.cost_units)
+                rule(p, word, now_units, reservation.due_units, reservation.cost_units)
                     .map(|word| (word, ()))
                     .ok_or(())
             },

@@ -7,80 +7,31 @@
 use core::time::Duration;
 
 use super::gate::{GiveBack, ReserveNow};
-use crate::clock::{duration_to_ticks_floor, ticks_to_duration_ceil};
 use crate::engine::layout::Layout;
-use crate::{AdjustableBucket, AdjustableWord, Clock, Denied};
-
-/// What a wait took from an [`AdjustableBucket`], for a give-back if the caller does not act.
-pub struct AdjustableTake {
-    /// The layout it was taken under.
-    layout: Layout,
-    /// The word the take left.
-    due_units: u64,
-    cost_units: u64,
-    made_ticks: u64,
-}
+use crate::{AdjustableBucket, AdjustableReservation, AdjustableWord, Clock, Denied};
 
 impl<C: Clock, W: AdjustableWord> GiveBack for AdjustableBucket<C, W> {
     type Cost = u32;
-    type Taken = AdjustableTake;
+    type Taken = AdjustableReservation;
 
-    fn give_back(&self, taken: AdjustableTake) {
-        let now = self.clock().now();
-        // Signed: a clock stepped back before the take gives nothing back.
-        if (now.wrapping_sub(taken.made_ticks) as i64) < 0 {
-            return;
-        }
-        let _nothing_to_give_back = self.update(
-            |p, word, now_units| {
-                if *p != taken.layout {
-                    return Err(());
-                }
-                p.refund(word, now_units, taken.due_units, taken.cost_units)
-                    .map(|word| (word, ()))
-                    .ok_or(())
-            },
-            now,
-        );
+    fn give_back(&self, taken: AdjustableReservation) {
+        self.give_back_by(taken, false, Layout::refund);
     }
 }
 
 impl<C: Clock, W: AdjustableWord> ReserveNow for AdjustableBucket<C, W> {
-    fn reserve_now(&self, n: u32) -> Result<AdjustableTake, Denied> {
-        let now = self.clock().now();
-        self.update(
-            |p, word, now_units| {
-                let cost_units = p.cost(n)?;
-                let (due_units, ()) = p.take_now::<C, W>(word, now, now_units, cost_units)?;
-                let take = AdjustableTake {
-                    layout: *p,
-                    due_units,
-                    cost_units,
-                    made_ticks: now,
-                };
-                Ok((due_units, take))
-            },
-            now,
-        )
+    fn reserve_now(&self, n: u32) -> Result<AdjustableReservation, Denied> {
+        self.reserve(n, Duration::ZERO)
     }
 
-    fn reserve_ahead(&self, n: u32, ahead: Duration) -> Result<(AdjustableTake, Duration), Denied> {
-        let ahead_ticks = duration_to_ticks_floor::<C>(ahead);
-        self.update_fresh(|p, word, now, now_units| {
-            let cost_units = p.cost(n)?;
-            let (due_units, wait_ticks) = p
-                .reserve(word, now, now_units, cost_units, ahead_ticks)
-                .map_err(|retry| Denied::Insufficient {
-                    retry_after: ticks_to_duration_ceil::<C>(retry),
-                })?;
-            let take = AdjustableTake {
-                layout: *p,
-                due_units,
-                cost_units,
-                made_ticks: now,
-            };
-            let wait = ticks_to_duration_ceil::<C>(wait_ticks);
-            Ok((due_units, (take, wait), wait_ticks != 0))
+    fn reserve_ahead(
+        &self,
+        n: u32,
+        ahead: Duration,
+    ) -> Result<(AdjustableReservation, Duration), Denied> {
+        self.reserve(n, ahead).map(|taken| {
+            let due_in = taken.wait();
+            (taken, due_in)
         })
     }
 
@@ -242,7 +193,7 @@ mod tests {
         let (taken, wait) = bucket.reserve_ahead(1, ms(1_000)).unwrap();
         assert!(clock.hook.take().is_none(), "the hook ran");
         assert_eq!(wait, ms(100));
-        assert_eq!(taken.made_ticks, 7_050_000_000);
+        assert_eq!(taken.due_ticks(), 7_050_000_000 + 100_000_000); // made at the fresh reading
         // Nothing minted: the token after it is due 100 ms later still.
         assert_eq!(
             bucket.try_acquire(1),
