@@ -45,7 +45,7 @@
 //!
 //! | feature | default | what it adds |
 //! |---|---|---|
-//! | `std` | yes | [`StdClock`]; `TokenBucket::acquire_blocking`: blocking waits for threads; [`KeyedLimiter`]: per-key limits for servers, sharded and capped |
+//! | `std` | yes | `StdClock`; `TokenBucket::acquire_blocking`: blocking waits for threads; `KeyedLimiter`: per-key limits for servers, sharded and capped |
 //! | `tokio` | no | `TokioClock`, `TokenBucket::acquire(n).await`: cancel-safe async waits; `io::Throttled`: byte-rate `AsyncRead` / `AsyncWrite`; `wait::RemoteLine`, the line of a remote bucket's waiters |
 //! | `embedded-hal` | no | `TokenBucket::acquire_with_delay`: blocking waits through `DelayNs` |
 //! | `embassy-time` | no | `EmbassyClock`; `wait::EmbassyWait`: `acquire(n).await` on embassy-time's timer, any executor, no heap (Rust 1.85) |

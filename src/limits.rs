@@ -174,7 +174,7 @@ impl<'a, C: Clock, const N: usize, W: Word> Limits<'a, C, N, W> {
     /// - a part already due, held while another bucket's part accrued, goes back less what its
     ///   burst cap would have cut since it was due (it may have nothing left to give).
     ///
-    /// Pass only reservations made by these limits. Waits ([`acquire`](Self::acquire) and the
+    /// Pass only reservations made by these limits. Waits (`acquire` and the
     /// others) never reserve ahead, so they have nothing to cancel.
     pub fn cancel(&self, mut reservation: LimitsReservation<N>) {
         for (i, bucket) in self.buckets.iter().enumerate() {

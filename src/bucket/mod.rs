@@ -402,7 +402,7 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
     /// reservations did not count on: the word cannot tell those from a pause, and giving back
     /// into a pause would grant during it. Nothing is given back either once the clock reads
     /// before the instant the reservation was made (it stepped back: the caller may have acted
-    /// already). The waits ([`acquire`](Self::acquire_blocking) and kin) do not reserve ahead,
+    /// already). The waits (`acquire`, `acquire_blocking` and kin) do not reserve ahead,
     /// so a wait given up never strands tokens; this rule concerns explicit reservations only.
     ///
     /// Pass only reservations made by this bucket.

@@ -5,7 +5,7 @@
 //!   `RateLimit-Limit`, `-Remaining`, `-Reset` fields) into a [`Quota`](crate::Quota) or a
 //!   pause. The caller passes the current time where an HTTP date needs one. Malformed input is
 //!   a [`HeaderError`], never a panic.
-//! - **Writing** a refusal's (`respond`, with `std`): [`RateLimitHeaders`] for a `429` or `503`
+//! - **Writing** a refusal's (`respond`, with `std`): `RateLimitHeaders` for a `429` or `503`
 //!   answer, as the tower layer writes them, and [`HumanDuration`], a duration as a person reads it
 //!   (`1.2 s`, `350 ms`) for the answer's body.
 //!

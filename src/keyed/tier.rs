@@ -7,8 +7,8 @@ use core::fmt;
 ///
 /// A key's tier is chosen when its bucket is made, by the limiter's tier function, and stored
 /// in the key's slot (one byte; a `KeyedLimiter` of one tier stores nothing, every key being
-/// `Tier(0)`); [`KeyedLimiter::set_tier`](crate::KeyedLimiter::set_tier) and
-/// [`KeyedTable::set_tier`](crate::KeyedTable::set_tier) change it for a key that is held,
+/// `Tier(0)`); `KeyedLimiter::set_tier` and
+/// `KeyedTable::set_tier` change it for a key that is held,
 /// without touching any other key.
 ///
 /// ```

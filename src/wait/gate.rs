@@ -54,7 +54,7 @@ pub(crate) trait ReserveNow: GiveBack {
 
 /// A gate whose take completes when a server answers: a remote bucket, such as
 /// `tollgate-redis`'s `RedisBucket`. Its waiters cannot take under a lock held across the
-/// round trip, so they wait in a [`RemoteLine`](super::RemoteLine) and only its head calls
+/// round trip, so they wait in a `RemoteLine` (feature `tokio`) and only its head calls
 /// `take_later`, with no lock held; a take the caller does not act on goes back through
 /// [`CancelOnDrop`], as every local wait's does.
 pub trait TakeLater: GiveBack {

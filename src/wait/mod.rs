@@ -5,8 +5,8 @@
 //! timeout) leaves nothing behind, whatever waits behind it. The waits themselves are methods of
 //! the buckets: `acquire_blocking` (threads, `std`), `acquire` and `acquire_timeout` (tokio,
 //! `tokio`), `acquire_with_delay` (`embedded-hal`'s `DelayNs`), and on microcontrollers the
-//! async [`EmbassyWait`] (`embassy-time`) and `acquire_with_async_delay` (`embedded-hal-async`),
-//! whose line needs no heap: [`LINE_CAPACITY`] places in a `static` on a critical section.
+//! async `EmbassyWait` (`embassy-time`) and `acquire_with_async_delay` (`embedded-hal-async`),
+//! whose line needs no heap: `LINE_CAPACITY` places in a `static` on a critical section.
 //! `acquire_with_delay` blocks, and has no line: it sleeps until the tokens are due and then
 //! tries, so it too takes nothing before it acts.
 //!
@@ -19,7 +19,7 @@
 //! - [`GiveBack`] and [`TakeLater`]: what a request costs, the take that completes when the
 //!   server answers, and how a take the caller does not act on goes back (a call started as the
 //!   caller drops, which never blocks).
-//! - [`RemoteLine`] (feature `tokio`): the waiters of one bucket in this process, in arrival
+//! - `RemoteLine` (feature `tokio`): the waiters of one bucket in this process, in arrival
 //!   order. Only the head calls `take_later`, with no lock held; a waiter that leaves wakes the
 //!   next once; while the server gives no answer the turns are suspended, so a frozen server
 //!   costs each waiter one timeout rather than one per waiter ahead.
