@@ -108,7 +108,14 @@ impl RedisConnection {
         let ping = command.query_async::<()>(&mut manager);
         match tokio::time::timeout(CONNECT_TIMEOUT, ping).await {
             Ok(Ok(())) => Ok(connection),
-            Ok(Err(error)) => Err(setup_error(error)),
+            Ok(Err(error)) => {
+                #[cfg(feature = "tls")]
+                let error = match super::tls::classify(connection.shared.client.as_ref(), error) {
+                    Ok(tls) => return Err(tls),
+                    Err(error) => error,
+                };
+                Err(setup_error(error))
+            }
             Err(_) => Err(SetupError::Timeout {
                 after: CONNECT_TIMEOUT,
             }),

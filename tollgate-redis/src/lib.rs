@@ -72,6 +72,9 @@ mod layout;
 mod lease;
 #[cfg(test)]
 mod tests;
+#[cfg(feature = "tls")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
+pub mod tls;
 mod wait;
 
 use core::time::Duration;

@@ -15,6 +15,8 @@ mod lease;
 mod nginx;
 mod sharing;
 mod support;
+#[cfg(feature = "tls")]
+mod tls;
 mod window;
 
 /// A multiplexed connection to `server`.

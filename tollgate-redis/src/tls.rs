@@ -1,0 +1,175 @@
+//! Redis over TLS (`rediss://`), with the `tls` feature: through rustls, so the host needs no
+//! OpenSSL.
+//!
+//! Three ways to trust a server:
+//!
+//! - **The system's roots**, for a managed service whose certificate a public CA signed:
+//!   [`Client::open`](crate::Client::open) with a `rediss://` URL, as for plain TCP.
+//! - **A CA the caller gives**, for a self-signed fleet: [`client`] with [`Tls::ca`]; the
+//!   system's roots are then not consulted.
+//! - **Mutual TLS**, for a server that asks for a client certificate
+//!   (`tls-auth-clients yes`): [`Tls::client_certificate`] as well.
+//!
+//! The server's name is checked against its certificate: a URL naming `127.0.0.1` needs a
+//! certificate for the IP address `127.0.0.1`. A certificate that does not verify fails
+//! [`RedisConnection::connect`](crate::RedisConnection::connect) with [`SetupError::Tls`]
+//! naming the address and the TLS cause; there is no fallback to plain text. (A connection set
+//! up with `connect_lazy` meets the same failure on its first call, as
+//! [`Fault::Redis`](crate::Fault::Redis): connect with `connect` to learn it at start.)
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! use tollgate_redis::{tls, RedisConnection};
+//!
+//! let ca = std::fs::read("/etc/redis/ca.crt")?;
+//! let cert = std::fs::read("/etc/redis/client.crt")?;
+//! let key = std::fs::read("/etc/redis/client.key")?;
+//! let settings = tls::Tls::new().ca(ca).client_certificate(cert, key);
+//! let client = tls::client("rediss://redis.internal:6380/", settings)?;
+//! let redis = RedisConnection::connect(client).await?;
+//! # Ok(())
+//! # }
+//! ```
+
+use core::fmt;
+
+use ::redis::{ClientTlsConfig, RedisError, TlsCertificates};
+
+use crate::{Client, SetupError};
+
+/// What to trust, and what to show, on a `rediss://` connection: see the [module](self).
+#[derive(Clone, Default)]
+pub struct Tls {
+    ca: Option<Vec<u8>>,
+    client: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl Tls {
+    /// The system's roots, no client certificate.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Trusts the CA certificate (or certificates) in `pem` instead of the system's roots.
+    pub fn ca(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.ca = Some(pem.into());
+        self
+    }
+
+    /// Presents the certificate `cert_pem` with its private key `key_pem` (mutual TLS).
+    pub fn client_certificate(
+        mut self,
+        cert_pem: impl Into<Vec<u8>>,
+        key_pem: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.client = Some((cert_pem.into(), key_pem.into()));
+        self
+    }
+}
+
+impl fmt::Debug for Tls {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Never print a private key.
+        f.debug_struct("Tls")
+            .field("ca", &self.ca.as_ref().map(|_| "<pem>"))
+            .field("client_certificate", &self.client.as_ref().map(|_| "<pem>"))
+            .finish()
+    }
+}
+
+/// A client for the `rediss://` URL `url` that trusts and shows what `settings` say.
+///
+/// [`SetupError::Refused`] if the URL is not a `rediss://` one (a `redis://` URL would
+/// silently go without TLS), or a certificate or key cannot be read.
+pub fn client(url: &str, settings: Tls) -> Result<Client, SetupError> {
+    if !url.starts_with("rediss://") {
+        return Err(SetupError::Refused(RedisError::from((
+            ::redis::ErrorKind::InvalidClientConfig,
+            "TLS settings given for a URL that is not rediss://",
+            url.split('@').next_back().unwrap_or_default().to_string(),
+        ))));
+    }
+    let certificates = TlsCertificates {
+        client_tls: settings
+            .client
+            .map(|(client_cert, client_key)| ClientTlsConfig {
+                client_cert,
+                client_key,
+            }),
+        root_cert: settings.ca,
+    };
+    Client::build_with_tls(url, certificates).map_err(SetupError::Refused)
+}
+
+/// A TLS handshake that failed: the server's certificate did not verify, or the server
+/// refused ours.
+#[derive(Debug)]
+pub struct TlsError {
+    address: String,
+    error: RedisError,
+}
+
+impl TlsError {
+    /// The server's address, `host:port`.
+    pub fn address(&self) -> &str {
+        &self.address
+    }
+}
+
+impl fmt::Display for TlsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "TLS with Redis at {} failed: {}",
+            self.address, self.error
+        )
+    }
+}
+
+impl std::error::Error for TlsError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.error)
+    }
+}
+
+/// `error`, met setting up a connection through `client`, as [`SetupError::Tls`] if TLS
+/// caused it.
+pub(crate) fn classify(
+    client: Option<&Client>,
+    error: RedisError,
+) -> Result<SetupError, RedisError> {
+    let Some(client) = client else {
+        return Err(error);
+    };
+    if !is_tls(&error) {
+        return Err(error);
+    }
+    let address = client.get_connection_info().addr().to_string();
+    Ok(SetupError::Tls(TlsError { address, error }))
+}
+
+/// Whether rustls is somewhere in the error's causes. The redis crate keeps its I/O error as an
+/// `Arc<dyn Error>`, and an I/O error's `source()` skips the error it wraps: both are unwrapped
+/// here by hand.
+fn is_tls(error: &RedisError) -> bool {
+    type Shared = std::sync::Arc<dyn std::error::Error + Send + Sync>;
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(mut now) = cause {
+        if let Some(shared) = now.downcast_ref::<Shared>() {
+            now = &**shared;
+        }
+        let wrapped = now
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+            .map(|inner| inner as &(dyn std::error::Error + 'static));
+        if [Some(now), wrapped]
+            .into_iter()
+            .flatten()
+            .any(|error| error.downcast_ref::<rustls::Error>().is_some())
+        {
+            return true;
+        }
+        cause = now.source();
+    }
+    false
+}

@@ -1,0 +1,261 @@
+//! `rediss://` against a real `redis-server` serving TLS with certificates that `openssl` makes
+//! for the test: a CA, a server certificate for 127.0.0.1, and a client certificate.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tollgate::{Quota, Rate};
+use tollgate_redis::tls::{self, Tls};
+use tollgate_redis::{Client, Error, RedisBucket, RedisConnection, SetupError};
+
+use crate::support::{free_port, runtime, serial, system};
+
+/// A CA, a server certificate it signed for `127.0.0.1`, a client certificate it signed, and a
+/// second CA that signed nothing here.
+pub struct Certificates {
+    pub dir: PathBuf,
+}
+
+impl Certificates {
+    pub fn make(dir: &Path) -> Self {
+        let openssl = system::program("openssl", "openssl");
+        let run = |args: &[&str]| {
+            let out = Command::new(&openssl)
+                .current_dir(dir)
+                .args(args)
+                .output()
+                .expect("openssl runs");
+            assert!(
+                out.status.success(),
+                "openssl {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        let key = [
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+        ];
+        for ca in ["ca", "other-ca"] {
+            let mut args = vec!["req", "-x509", "-days", "2", "-subj"];
+            let subject = format!("/CN=tollgate test {ca}");
+            args.push(&subject);
+            args.extend(key);
+            let (keyout, out) = (format!("{ca}.key"), format!("{ca}.crt"));
+            args.extend(["-keyout", &keyout, "-out", &out]);
+            run(&args);
+        }
+        std::fs::write(
+            dir.join("server.ext"),
+            "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n",
+        )
+        .expect("extensions");
+        std::fs::write(dir.join("client.ext"), "extendedKeyUsage=clientAuth\n")
+            .expect("extensions");
+        for who in ["server", "client"] {
+            let (keyout, csr, crt, ext) = (
+                format!("{who}.key"),
+                format!("{who}.csr"),
+                format!("{who}.crt"),
+                format!("{who}.ext"),
+            );
+            let subject = format!("/CN=tollgate test {who}");
+            let mut args = vec!["req", "-subj", &subject];
+            args.extend(key);
+            args.extend(["-keyout", &keyout, "-out", &csr]);
+            run(&args);
+            run(&[
+                "x509",
+                "-req",
+                "-days",
+                "2",
+                "-in",
+                &csr,
+                "-CA",
+                "ca.crt",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-extfile",
+                &ext,
+                "-out",
+                &crt,
+            ]);
+        }
+        Self {
+            dir: dir.to_path_buf(),
+        }
+    }
+
+    pub fn read(&self, name: &str) -> Vec<u8> {
+        std::fs::read(self.dir.join(name)).expect("certificate")
+    }
+
+    pub fn path(&self, name: &str) -> String {
+        self.dir.join(name).display().to_string()
+    }
+}
+
+/// `redis-server` serving TLS only, on a loopback port; stopped when dropped.
+pub struct TlsServer {
+    child: Child,
+    pub port: u16,
+    pub certificates: Certificates,
+}
+
+impl TlsServer {
+    /// With `mutual`, the server refuses a client without a certificate its CA signed.
+    pub fn start(mutual: bool) -> Self {
+        let port = free_port();
+        let dir = std::env::temp_dir().join(format!("tollgate-tls-{}-{port}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("scratch directory");
+        let certificates = Certificates::make(&dir);
+        let child = Command::new(system::program("redis-server", "redis-server"))
+            .args(["--port", "0", "--tls-port", &port.to_string()])
+            .args(["--tls-cert-file", &certificates.path("server.crt")])
+            .args(["--tls-key-file", &certificates.path("server.key")])
+            .args(["--tls-ca-cert-file", &certificates.path("ca.crt")])
+            .args(["--tls-auth-clients", if mutual { "yes" } else { "no" }])
+            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args(["--loglevel", "warning"])
+            .arg("--dir")
+            .arg(&dir)
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("redis-server starts");
+        let start = Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "redis-server did not listen on port {port}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Self {
+            child,
+            port,
+            certificates,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("rediss://127.0.0.1:{}/", self.port)
+    }
+
+    /// A client trusting the test CA, with the client certificate if `mutual`.
+    pub fn client(&self, mutual: bool) -> Client {
+        let mut settings = Tls::new().ca(self.certificates.read("ca.crt"));
+        if mutual {
+            settings = settings.client_certificate(
+                self.certificates.read("client.crt"),
+                self.certificates.read("client.key"),
+            );
+        }
+        tls::client(&self.url(), settings).expect("a TLS client")
+    }
+}
+
+impl Drop for TlsServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.certificates.dir);
+    }
+}
+
+fn quota() -> Quota {
+    Quota::new(Rate::per_second(1)).burst(5)
+}
+
+/// Over TLS the bucket grants its burst and refuses the next call, as over TCP.
+#[test]
+fn a_bucket_over_tls_grants_its_burst_and_refuses_beyond() {
+    let _serial = serial();
+    let server = TlsServer::start(false);
+    runtime().block_on(async {
+        let redis = RedisConnection::connect(server.client(false))
+            .await
+            .expect("TLS connection");
+        let bucket = RedisBucket::builder(&redis, "tls:burst", quota())
+            .connect()
+            .await
+            .expect("bucket");
+        for i in 0..5 {
+            bucket
+                .try_acquire(1)
+                .await
+                .unwrap_or_else(|error| panic!("call {i} of the burst: {error}"));
+        }
+        match bucket.try_acquire(1).await {
+            Err(Error::Denied { .. }) => {}
+            other => panic!("the sixth call within a second: {other:?}"),
+        }
+    });
+}
+
+/// A server whose certificate another CA signed is a TLS error naming the address, at
+/// `connect`; nothing is sent in plain text, and the system's roots (which do not hold the
+/// test CA) refuse it too.
+#[test]
+fn a_certificate_that_does_not_verify_is_a_tls_setup_error_naming_the_address() {
+    let _serial = serial();
+    let server = TlsServer::start(false);
+    let address = format!("127.0.0.1:{}", server.port);
+    runtime().block_on(async {
+        let wrong_ca = Tls::new().ca(server.certificates.read("other-ca.crt"));
+        let system_roots = Client::open(server.url()).expect("a rediss:// client");
+        for client in [
+            tls::client(&server.url(), wrong_ca).expect("client"),
+            system_roots,
+        ] {
+            match RedisConnection::connect(client).await {
+                Err(SetupError::Tls(error)) => {
+                    let text = error.to_string();
+                    assert!(text.contains(&address), "{text}");
+                    assert!(text.contains("certificate"), "{text}");
+                    assert_eq!(error.address(), address);
+                }
+                other => panic!("a server certificate from an unknown CA: {other:?}"),
+            }
+        }
+    });
+}
+
+/// A server that requires client certificates refuses a client without one, and serves the
+/// one that shows the certificate its CA signed.
+#[test]
+fn mutual_tls_serves_only_a_client_with_a_certificate() {
+    let _serial = serial();
+    let server = TlsServer::start(true);
+    runtime().block_on(async {
+        match RedisConnection::connect(server.client(false)).await {
+            Err(SetupError::Tls(error)) => {
+                assert_eq!(error.address(), format!("127.0.0.1:{}", server.port));
+            }
+            other => panic!("no client certificate, mutual TLS required: {other:?}"),
+        }
+        let redis = RedisConnection::connect(server.client(true))
+            .await
+            .expect("mutual TLS");
+        let bucket = RedisBucket::builder(&redis, "tls:mutual", quota())
+            .connect()
+            .await
+            .expect("bucket");
+        bucket.try_acquire(5).await.expect("the burst");
+        assert!(bucket.try_acquire(1).await.is_err());
+    });
+}
+
+/// A `redis://` URL with TLS settings is refused rather than used without TLS.
+#[test]
+fn tls_settings_on_a_plain_url_are_refused() {
+    let settings = Tls::new();
+    match tls::client("redis://127.0.0.1:6379/", settings) {
+        Err(SetupError::Refused(error)) => assert!(error.to_string().contains("rediss://")),
+        other => panic!("TLS settings on redis://: {other:?}"),
+    }
+}
