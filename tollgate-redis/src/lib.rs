@@ -62,6 +62,7 @@
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+pub mod acl;
 mod answers;
 mod builder;
 mod cluster;

@@ -4,6 +4,7 @@
 //! `cargo test --release -p tollgate-redis --test redis` runs them all. The tests that span
 //! processes start this binary again as their workers, with `TOLLGATE_WORKER` set.
 
+mod acl;
 mod bounds;
 mod clock;
 mod cluster;

@@ -109,13 +109,19 @@ pub struct TlsServer {
 impl TlsServer {
     /// With `mutual`, the server refuses a client without a certificate its CA signed.
     pub fn start(mutual: bool) -> Self {
+        Self::start_serving(mutual, None)
+    }
+
+    /// Serves `plain` without TLS as well, for comparing the two on one server.
+    pub fn start_serving(mutual: bool, plain: Option<u16>) -> Self {
         let port = free_port();
         let dir = std::env::temp_dir().join(format!("tollgate-tls-{}-{port}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("scratch directory");
         let certificates = Certificates::make(&dir);
         let child = Command::new(system::program("redis-server", "redis-server"))
-            .args(["--port", "0", "--tls-port", &port.to_string()])
+            .args(["--port", &plain.unwrap_or(0).to_string()])
+            .args(["--tls-port", &port.to_string()])
             .args(["--tls-cert-file", &certificates.path("server.crt")])
             .args(["--tls-key-file", &certificates.path("server.key")])
             .args(["--tls-ca-cert-file", &certificates.path("ca.crt")])
@@ -258,4 +264,66 @@ fn tls_settings_on_a_plain_url_are_refused() {
         Err(SetupError::Refused(error)) => assert!(error.to_string().contains("rediss://")),
         other => panic!("TLS settings on redis://: {other:?}"),
     }
+}
+
+/// The cost of TLS, printed beside plain TCP to the same server (no speed is asserted: the
+/// machine is shared): one call at a time, 64 in flight on the one connection, and a leased
+/// bucket's calls. Every call must be answered, by a grant.
+#[test]
+fn tls_cost_beside_plain_tcp() {
+    use futures_util::future::join_all;
+
+    let _serial = serial();
+    let plain_port = free_port();
+    let server = TlsServer::start_serving(false, Some(plain_port));
+    let plain = Client::open(format!("redis://127.0.0.1:{plain_port}/")).unwrap();
+    let calls = std::env::var("TOLLGATE_TLS_COST_CALLS")
+        .ok()
+        .and_then(|calls| calls.parse::<u32>().ok())
+        .unwrap_or(4000);
+    let roomy = Quota::new(Rate::per_second(10_000_000)).burst(10_000_000);
+    runtime().block_on(async {
+        for (name, client) in [("tcp", plain), ("tls", server.client(false))] {
+            let redis = RedisConnection::connect(client).await.expect("connects");
+            let bucket = RedisBucket::builder(&redis, format!("cost:{name}"), roomy)
+                .connect()
+                .await
+                .expect("bucket");
+            let mut latencies = Vec::with_capacity(calls as usize);
+            let start = Instant::now();
+            for _ in 0..calls {
+                let call = Instant::now();
+                bucket.try_acquire(1).await.expect("a grant");
+                latencies.push(call.elapsed());
+            }
+            let serial_rate = calls as f64 / start.elapsed().as_secs_f64();
+            latencies.sort();
+            let at = |q: f64| latencies[((latencies.len() - 1) as f64 * q) as usize];
+            let start = Instant::now();
+            for _ in 0..calls / 64 {
+                let batch = join_all((0..64).map(|_| bucket.try_acquire(1))).await;
+                assert!(batch.iter().all(Result::is_ok), "{batch:?}");
+            }
+            let flight_rate = (calls / 64 * 64) as f64 / start.elapsed().as_secs_f64();
+            let leased = tollgate_redis::LeasedBucket::new(
+                RedisBucket::builder(&redis, format!("cost:{name}:leased"), roomy)
+                    .connect()
+                    .await
+                    .expect("bucket"),
+                Duration::from_millis(100),
+            );
+            let start = Instant::now();
+            for _ in 0..calls * 10 {
+                leased.try_acquire(1).await.expect("a leased grant");
+            }
+            let leased_rate = (calls * 10) as f64 / start.elapsed().as_secs_f64();
+            leased.release().await.expect("release");
+            eprintln!(
+                "{name}: one at a time p50 {:?} p99 {:?} ({serial_rate:.0}/s); \
+                 64 in flight {flight_rate:.0}/s; leased {leased_rate:.0}/s",
+                at(0.5),
+                at(0.99),
+            );
+        }
+    });
 }
