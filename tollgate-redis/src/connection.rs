@@ -135,7 +135,7 @@ impl core::fmt::Debug for RedisConnection {
     }
 }
 
-fn manager(client: &Client) -> Result<ConnectionManager, SetupError> {
+pub(super) fn manager(client: &Client) -> Result<ConnectionManager, SetupError> {
     let config = ConnectionManagerConfig::new()
         .set_connection_timeout(Some(CONNECT_TIMEOUT))
         // Each call times itself out; a call that took longer is dropped by its caller.
@@ -236,6 +236,15 @@ impl Shared {
             let next = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
             *guard = (next, Link::Single(manager));
         }
+    }
+
+    /// Puts `link` in place of the connection in use: a Sentinel named a new primary.
+    #[cfg(feature = "sentinel")]
+    pub(super) fn install(&self, link: Link) {
+        let mut guard = self.manager.lock().unwrap_or_else(PoisonError::into_inner);
+        // Relaxed: the mutex orders the generation with the manager.
+        let next = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
+        *guard = (next, link);
     }
 
     /// Microseconds since `base`.

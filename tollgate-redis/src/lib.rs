@@ -71,6 +71,9 @@ mod error;
 mod keyed;
 mod layout;
 mod lease;
+#[cfg(feature = "sentinel")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sentinel")))]
+pub mod sentinel;
 #[cfg(test)]
 mod tests;
 #[cfg(feature = "tls")]

@@ -14,6 +14,8 @@ mod jitter;
 mod keyed;
 mod lease;
 mod nginx;
+#[cfg(feature = "sentinel")]
+mod sentinel;
 mod sharing;
 mod support;
 #[cfg(feature = "tls")]
