@@ -160,6 +160,11 @@ pub(super) fn setup_error(error: RedisError) -> SetupError {
 /// Whether an error is a fault a policy decides on (Redis unreachable, restarting, loading,
 /// busy), rather than an answer that something is misconfigured.
 fn is_fault(error: &RedisError) -> bool {
+    // A certificate that does not verify is misconfiguration, never papered over.
+    #[cfg(feature = "tls")]
+    if super::tls::is_tls(error) {
+        return false;
+    }
     if error.is_io_error()
         || error.is_timeout()
         || error.is_connection_dropped()

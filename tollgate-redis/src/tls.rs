@@ -14,8 +14,9 @@
 //! certificate for the IP address `127.0.0.1`. A certificate that does not verify fails
 //! [`RedisConnection::connect`](crate::RedisConnection::connect) with [`SetupError::Tls`]
 //! naming the address and the TLS cause; there is no fallback to plain text. (A connection set
-//! up with `connect_lazy` meets the same failure on its first call, as
-//! [`Fault::Redis`](crate::Fault::Redis): connect with `connect` to learn it at start.)
+//! up with `connect_lazy` meets the same failure at each call, as
+//! [`Error::Rejected`](crate::Error::Rejected) whatever the fault policy: a fleet that
+//! fails open does not grant everything because a certificate expired.)
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
@@ -151,7 +152,7 @@ pub(crate) fn classify(
 /// Whether rustls is somewhere in the error's causes. The redis crate keeps its I/O error as an
 /// `Arc<dyn Error>`, and an I/O error's `source()` skips the error it wraps: both are unwrapped
 /// here by hand.
-fn is_tls(error: &RedisError) -> bool {
+pub(crate) fn is_tls(error: &RedisError) -> bool {
     type Shared = std::sync::Arc<dyn std::error::Error + Send + Sync>;
     let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error);
     while let Some(mut now) = cause {

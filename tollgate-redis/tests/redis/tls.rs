@@ -231,6 +231,38 @@ fn a_certificate_that_does_not_verify_is_a_tls_setup_error_naming_the_address() 
     });
 }
 
+/// A lazily set-up connection meets a certificate that does not verify at its calls: a
+/// rejection, even for a bucket that fails open, never a grant.
+#[test]
+fn a_certificate_that_does_not_verify_is_rejected_even_failing_open() {
+    let _serial = serial();
+    let server = TlsServer::start(false);
+    runtime().block_on(async {
+        let wrong_ca = Tls::new().ca(server.certificates.read("other-ca.crt"));
+        let client = tls::client(&server.url(), wrong_ca).expect("client");
+        let redis = RedisConnection::connect_lazy(client).expect("lazy connection");
+        let bucket = RedisBucket::builder(&redis, "tls:open", quota())
+            .policy(tollgate_redis::FaultPolicy::FailOpen)
+            .connect_lazy()
+            .expect("bucket");
+        for _ in 0..3 {
+            match bucket.try_acquire(1).await {
+                Err(Error::Rejected(error)) => {
+                    assert!(error.to_string().contains("certificate"), "{error}")
+                }
+                other => panic!("a certificate from an unknown CA, failing open: {other:?}"),
+            }
+        }
+        match RedisBucket::builder(&redis, "tls:open", quota())
+            .connect()
+            .await
+        {
+            Err(SetupError::Refused(_)) => {}
+            other => panic!("Builder::connect, wrong CA: {other:?}"),
+        }
+    });
+}
+
 /// A server that requires client certificates refuses a client without one, and serves the
 /// one that shows the certificate its CA signed.
 #[test]
