@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use tollgate::{Quota, Rate};
 use tollgate_redis::sentinel::Sentinel;
-use tollgate_redis::{FaultPolicy, RedisBucket, Source};
+use tollgate_redis::{Error, FaultPolicy, Grant, RedisBucket, Source};
 
 use crate::support::{free_port, runtime, serial, system, RedisServer};
 
@@ -96,8 +96,19 @@ impl Drop for SentinelProcess {
     }
 }
 
+/// Failing closed: the shared bound, and one burst the failover may lose.
 #[test]
-fn a_failover_is_followed_within_the_bound_and_served_again() {
+fn a_failover_is_followed_within_the_bound_and_served_again_failing_closed() {
+    failover("closed");
+}
+
+/// Falling back: as failing closed, and the local bucket's rate, from empty, for the outage.
+#[test]
+fn a_failover_is_followed_within_the_bound_and_served_again_falling_back() {
+    failover("fallback");
+}
+
+fn failover(policy: &str) {
     let _serial = serial();
     let mut primary = RedisServer::start();
     let replica = RedisServer::start();
@@ -126,13 +137,21 @@ fn a_failover_is_followed_within_the_bound_and_served_again() {
     let rate = 100u64;
     let burst = 20u64;
     let quota = Quota::new(Rate::per_second(rate)).burst(burst);
+    // One process: the fallback is the whole quota, locally.
+    let fault_policy = match policy {
+        "closed" => FaultPolicy::FailClosed,
+        _ => FaultPolicy::fallback_share(quota, 1),
+    };
     let urls: Vec<String> = sentinels.iter().map(SentinelProcess::url).collect();
     let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
     let run = Duration::from_secs(8);
     let kill_at = Duration::from_millis(1500);
     let grants = Arc::new(AtomicU64::new(0));
+    let fallback_grants = Arc::new(AtomicU64::new(0));
     // When each grant by Redis came, since the start.
     let granted_at = Arc::new(Mutex::new(Vec::new()));
+    // When Redis answered, a grant or a denial: served, since the start.
+    let answered_at = Arc::new(Mutex::new(Vec::new()));
     let rt = runtime();
     let (elapsed, killed_at) = rt.block_on(async {
         let redis = Sentinel::new(&urls, SERVICE)
@@ -141,7 +160,7 @@ fn a_failover_is_followed_within_the_bound_and_served_again() {
             .await
             .expect("the primary the Sentinels name");
         let bucket = RedisBucket::builder(&redis, "sentinel:bound", quota)
-            .policy(FaultPolicy::FailClosed)
+            .policy(fault_policy)
             .timeout(Duration::from_millis(100))
             .connect()
             .await
@@ -150,12 +169,33 @@ fn a_failover_is_followed_within_the_bound_and_served_again() {
         let mut tasks = Vec::new();
         for _ in 0..4 {
             let (bucket, grants, granted_at) = (bucket.clone(), grants.clone(), granted_at.clone());
+            let (fallback_grants, answered_at) = (fallback_grants.clone(), answered_at.clone());
             tasks.push(tokio::spawn(async move {
                 while start.elapsed() < run {
-                    if let Ok(grant) = bucket.try_acquire(1).await {
-                        assert_eq!(grant.source, Source::Redis);
+                    let answer = bucket.try_acquire(1).await;
+                    if matches!(
+                        answer,
+                        Ok(Grant {
+                            source: Source::Redis,
+                            ..
+                        }) | Err(Error::Denied {
+                            source: Source::Redis,
+                            ..
+                        })
+                    ) {
+                        answered_at.lock().unwrap().push((start.elapsed(), true));
+                    } else {
+                        answered_at.lock().unwrap().push((start.elapsed(), false));
+                    }
+                    if let Ok(grant) = answer {
                         grants.fetch_add(1, Ordering::Relaxed);
-                        granted_at.lock().unwrap().push(start.elapsed());
+                        match grant.source {
+                            Source::Redis => granted_at.lock().unwrap().push(start.elapsed()),
+                            Source::Fallback => {
+                                fallback_grants.fetch_add(1, Ordering::Relaxed);
+                            }
+                            Source::Open => panic!("no policy here fails open"),
+                        }
                     }
                     tokio::time::sleep(Duration::from_millis(2)).await;
                 }
@@ -170,20 +210,39 @@ fn a_failover_is_followed_within_the_bound_and_served_again() {
         (start.elapsed(), killed_at)
     });
     let grants = grants.load(Ordering::Relaxed);
-    let bound = burst + (rate as f64 * elapsed.as_secs_f64()).ceil() as u64 + burst;
-    let served_again = granted_at
-        .lock()
-        .unwrap()
+    let fallback_grants = fallback_grants.load(Ordering::Relaxed);
+    // A reply read just after the kill may have been sent before it: served again is the
+    // first answer by Redis after the first call it did not answer.
+    let answers = answered_at.lock().unwrap().clone();
+    let first_unserved = answers
         .iter()
-        .copied()
-        .filter(|at| *at > killed_at)
+        .filter(|(at, by_redis)| *at > killed_at && !by_redis)
+        .map(|(at, _)| *at)
+        .min()
+        .expect("calls unserved after the kill");
+    let served_again = answers
+        .iter()
+        .filter(|(at, by_redis)| *at > first_unserved && *by_redis)
+        .map(|(at, _)| *at)
         .min()
         .expect("served again after the kill");
     let to_served = served_again - killed_at;
+    let mut bound = burst + (rate as f64 * elapsed.as_secs_f64()).ceil() as u64 + burst;
+    if policy != "closed" {
+        // The local bucket, from empty, for the outage: until Redis served again.
+        bound += (rate as f64 * to_served.as_secs_f64()).ceil() as u64;
+    } else {
+        assert_eq!(fallback_grants, 0);
+    }
     eprintln!(
-        "sentinel failover: {grants} grants in {elapsed:?} against a bound of {bound} \
-         (burst {burst} + {rate}/s x elapsed + one burst lost); served again {to_served:?} \
-         after the primary was killed"
+        "sentinel failover, {policy}: {grants} grants ({fallback_grants} by the fallback) in \
+         {elapsed:?} against a bound of {bound} (burst {burst} + {rate}/s x elapsed + one burst \
+         lost{}); served again {to_served:?} after the primary was killed",
+        if policy == "closed" {
+            ""
+        } else {
+            " + the fallback's rate x outage"
+        }
     );
     assert!(grants <= bound, "{grants} grants > {bound}");
     assert!(
@@ -202,7 +261,8 @@ fn a_failover_is_followed_within_the_bound_and_served_again() {
         .iter()
         .filter(|at| **at > served_again)
         .count() as f64;
-    let expected = rate as f64 * (elapsed - served_again).as_secs_f64();
+    // The fallback's grants are charged to Redis once it serves again, and come off these.
+    let expected = rate as f64 * (elapsed - served_again).as_secs_f64() - fallback_grants as f64;
     assert!(
         after >= expected * 0.8,
         "{after} grants after, {expected} due"
