@@ -36,7 +36,9 @@ use core::fmt;
 
 use ::redis::{ClientTlsConfig, RedisError, TlsCertificates};
 
-use crate::{Client, SetupError};
+use crate::cluster::Link;
+use crate::connection::setup_error;
+use crate::{Client, RedisConnection, SetupError};
 
 /// What to trust, and what to show, on a `rediss://` connection: see the [module](self).
 #[derive(Clone, Default)]
@@ -84,13 +86,94 @@ impl fmt::Debug for Tls {
 /// silently go without TLS), or a certificate or key cannot be read.
 pub fn client(url: &str, settings: Tls) -> Result<Client, SetupError> {
     if !url.starts_with("rediss://") {
-        return Err(SetupError::Refused(RedisError::from((
-            ::redis::ErrorKind::InvalidClientConfig,
-            "TLS settings given for a URL that is not rediss://",
-            url.split('@').next_back().unwrap_or_default().to_string(),
-        ))));
+        return Err(not_tls(url));
     }
-    let certificates = TlsCertificates {
+    Client::build_with_tls(url, certificates(settings)).map_err(SetupError::Refused)
+}
+
+/// Connects to a Redis Cluster serving TLS (`tls-cluster yes`) through any of `nodes`
+/// (`"rediss://127.0.0.1:7000/"`), trusting and showing what `settings` say on every node, as
+/// [`RedisConnection::connect_cluster`] does over TCP. A certificate that does not verify is
+/// [`SetupError::Tls`], naming the nodes given.
+pub async fn connect_cluster(nodes: &[&str], settings: Tls) -> Result<RedisConnection, SetupError> {
+    use ::redis::cluster::ClusterClient;
+    use core::time::Duration;
+
+    if let Some(plain) = nodes.iter().find(|node| !node.starts_with("rediss://")) {
+        return Err(not_tls(plain));
+    }
+    let tls = |error: RedisError| {
+        if is_tls(&error) {
+            SetupError::Tls(TlsError {
+                address: nodes
+                    .iter()
+                    .map(|node| node.split('@').next_back().unwrap_or_default())
+                    .map(|node| node.trim_start_matches("rediss://").trim_end_matches('/'))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                error,
+            })
+        } else {
+            setup_error(error)
+        }
+    };
+    // The settings of `connect_cluster`, with the certificates.
+    let client = ClusterClient::builder(nodes.iter().map(|node| node.to_string()))
+        .certs(certificates(settings.clone()))
+        .connection_timeout(Duration::from_millis(500))
+        .retries(3)
+        .min_retry_wait(10)
+        .max_retry_wait(100)
+        .build()
+        .map_err(tls)?;
+    let timeout = Duration::from_secs(1);
+    let mut link = match tokio::time::timeout(timeout, client.get_async_connection()).await {
+        Ok(Ok(link)) => link,
+        Ok(Err(error)) => return Err(tls_cause(nodes, &settings, error).await),
+        Err(_) => return Err(SetupError::Timeout { after: timeout }),
+    };
+    let command = ::redis::cmd("PING");
+    let ping = command.query_async::<()>(&mut link);
+    match tokio::time::timeout(timeout, ping).await {
+        Ok(Ok(())) => Ok(RedisConnection::over(None, Link::Cluster(link))),
+        Ok(Err(error)) => Err(tls(error)),
+        Err(_) => Err(SetupError::Timeout { after: timeout }),
+    }
+}
+
+/// The cluster client reports a failed handshake as text: a node reached alone says whether
+/// TLS was the cause, and which node.
+async fn tls_cause(nodes: &[&str], settings: &Tls, error: RedisError) -> SetupError {
+    for node in nodes {
+        let Ok(client) = Client::build_with_tls(*node, certificates(settings.clone())) else {
+            continue;
+        };
+        let connect = client.get_multiplexed_async_connection();
+        if let Ok(Err(alone)) =
+            tokio::time::timeout(core::time::Duration::from_millis(500), connect).await
+        {
+            if is_tls(&alone) {
+                let address = client.get_connection_info().addr().to_string();
+                return SetupError::Tls(TlsError {
+                    address,
+                    error: alone,
+                });
+            }
+        }
+    }
+    setup_error(error)
+}
+
+fn not_tls(url: &str) -> SetupError {
+    SetupError::Refused(RedisError::from((
+        ::redis::ErrorKind::InvalidClientConfig,
+        "TLS settings given for a URL that is not rediss://",
+        url.split('@').next_back().unwrap_or_default().to_string(),
+    )))
+}
+
+fn certificates(settings: Tls) -> TlsCertificates {
+    TlsCertificates {
         client_tls: settings
             .client
             .map(|(client_cert, client_key)| ClientTlsConfig {
@@ -98,8 +181,7 @@ pub fn client(url: &str, settings: Tls) -> Result<Client, SetupError> {
                 client_key,
             }),
         root_cert: settings.ca,
-    };
-    Client::build_with_tls(url, certificates).map_err(SetupError::Refused)
+    }
 }
 
 /// A TLS handshake that failed: the server's certificate did not verify, or the server

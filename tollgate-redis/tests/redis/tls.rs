@@ -50,7 +50,8 @@ impl Certificates {
         }
         std::fs::write(
             dir.join("server.ext"),
-            "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n",
+            // The cluster bus shows the server certificate as a client too.
+            "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth\n",
         )
         .expect("extensions");
         std::fs::write(dir.join("client.ext"), "extendedKeyUsage=clientAuth\n")
@@ -356,6 +357,159 @@ fn tls_cost_beside_plain_tcp() {
                 at(0.5),
                 at(0.99),
             );
+        }
+    });
+}
+
+/// Three masters in cluster mode serving TLS only, their bus over TLS too; killed when dropped.
+struct TlsCluster {
+    nodes: Vec<(u16, Child)>,
+    certificates: Certificates,
+}
+
+impl TlsCluster {
+    fn start() -> Self {
+        let dir = std::env::temp_dir().join(format!("tollgate-tls-cluster-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("scratch directory");
+        let certificates = Certificates::make(&dir);
+        let mut nodes = Vec::new();
+        for _ in 0..3 {
+            // `redis-cli --cluster create` introduces the nodes on their port + 10000.
+            let (port, bus) = loop {
+                let port = free_port();
+                if port < 55_000
+                    && std::net::TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok()
+                {
+                    break (port, port + 10_000);
+                }
+            };
+            let node_dir = dir.join(port.to_string());
+            std::fs::create_dir_all(&node_dir).expect("node directory");
+            let child = Command::new(system::program("redis-server", "redis-server"))
+                .args(["--port", "0", "--tls-port", &port.to_string()])
+                .args(["--cluster-port", &bus.to_string(), "--tls-cluster", "yes"])
+                .args(["--tls-cert-file", &certificates.path("server.crt")])
+                .args(["--tls-key-file", &certificates.path("server.key")])
+                .args(["--tls-ca-cert-file", &certificates.path("ca.crt")])
+                .args(["--tls-auth-clients", "no", "--bind", "127.0.0.1"])
+                .args(["--cluster-enabled", "yes", "--cluster-node-timeout", "1000"])
+                .args(["--cluster-config-file", "nodes.conf"])
+                .args(["--save", "", "--appendonly", "no", "--loglevel", "warning"])
+                .arg("--dir")
+                .arg(&node_dir)
+                .stdout(Stdio::null())
+                .spawn()
+                .expect("redis-server starts");
+            nodes.push((port, child));
+        }
+        let cluster = Self {
+            nodes,
+            certificates,
+        };
+        for &(port, _) in &cluster.nodes {
+            let start = Instant::now();
+            while cluster.cli(port, &["PING"]) != "PONG" {
+                assert!(start.elapsed() < Duration::from_secs(10), "node {port}");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        let addresses: Vec<String> = cluster
+            .nodes
+            .iter()
+            .map(|(port, _)| format!("127.0.0.1:{port}"))
+            .collect();
+        let created = cluster
+            .cli_command()
+            .args(["--cluster", "create"])
+            .args(&addresses)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .output()
+            .expect("redis-cli --cluster create");
+        assert!(
+            created.status.success(),
+            "{}",
+            String::from_utf8_lossy(&created.stdout)
+        );
+        for &(port, _) in &cluster.nodes {
+            let start = Instant::now();
+            while !cluster
+                .cli(port, &["CLUSTER", "INFO"])
+                .contains("cluster_state:ok")
+            {
+                assert!(start.elapsed() < Duration::from_secs(20), "cluster state");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        cluster
+    }
+
+    fn cli_command(&self) -> Command {
+        let mut command = Command::new(system::program("redis-cli", "redis-server"));
+        command.args(["--tls", "--cacert", &self.certificates.path("ca.crt")]);
+        command
+    }
+
+    fn cli(&self, port: u16, args: &[&str]) -> String {
+        let out = self
+            .cli_command()
+            .args(["-p", &port.to_string()])
+            .args(args)
+            .output()
+            .expect("redis-cli");
+        String::from_utf8_lossy(&out.stdout).trim_end().to_string()
+    }
+
+    fn urls(&self) -> Vec<String> {
+        self.nodes
+            .iter()
+            .map(|(port, _)| format!("rediss://127.0.0.1:{port}/"))
+            .collect()
+    }
+}
+
+impl Drop for TlsCluster {
+    fn drop(&mut self) {
+        for (_, child) in &mut self.nodes {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.certificates.dir);
+    }
+}
+
+/// A cluster over TLS: buckets on every master grant their burst and refuse beyond; a wrong
+/// CA is a TLS error naming the nodes.
+#[test]
+fn a_cluster_over_tls_grants_and_refuses_and_verifies_its_certificates() {
+    let _serial = serial();
+    let cluster = TlsCluster::start();
+    let urls = cluster.urls();
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    runtime().block_on(async {
+        let wrong_ca = Tls::new().ca(cluster.certificates.read("other-ca.crt"));
+        match tls::connect_cluster(&urls, wrong_ca).await {
+            Err(SetupError::Tls(error)) => {
+                let first = format!("127.0.0.1:{}", cluster.nodes[0].0);
+                assert_eq!(error.address(), first, "{error}");
+            }
+            other => panic!("a cluster whose CA is not trusted: {other:?}"),
+        }
+        let settings = Tls::new().ca(cluster.certificates.read("ca.crt"));
+        let redis = tls::connect_cluster(&urls, settings)
+            .await
+            .expect("the cluster over TLS");
+        // Keys spread over the slots, hence over the three masters.
+        for key in ["a", "b", "c", "d", "e", "f"] {
+            let bucket = RedisBucket::builder(&redis, format!("tls:{key}"), quota())
+                .connect()
+                .await
+                .expect("bucket");
+            bucket.try_acquire(5).await.expect("the burst");
+            match bucket.try_acquire(1).await {
+                Err(Error::Denied { .. }) => {}
+                other => panic!("beyond the burst on {key}: {other:?}"),
+            }
         }
     });
 }
