@@ -116,7 +116,14 @@ impl RedisConnection {
         let ping = command.query_async::<()>(&mut manager);
         match tokio::time::timeout(CONNECT_TIMEOUT, ping).await {
             Ok(Ok(())) => Ok(connection),
-            Ok(Err(error)) => Err(setup_error(&connection.shared.address, error)),
+            Ok(Err(error)) => {
+                #[cfg(feature = "tls")]
+                let error = match super::tls::classify(connection.shared.client.as_ref(), error) {
+                    Ok(tls) => return Err(tls),
+                    Err(error) => error,
+                };
+                Err(setup_error(&connection.shared.address, error))
+            }
             Err(_) => Err(SetupError::Timeout {
                 address: connection.shared.address.clone(),
                 after: CONNECT_TIMEOUT,
@@ -137,7 +144,7 @@ impl core::fmt::Debug for RedisConnection {
     }
 }
 
-fn manager(client: &Client) -> Result<ConnectionManager, RedisError> {
+pub(super) fn manager(client: &Client) -> Result<ConnectionManager, RedisError> {
     let config = ConnectionManagerConfig::new()
         .set_connection_timeout(Some(CONNECT_TIMEOUT))
         // Each call times itself out; a call that took longer is dropped by its caller.
@@ -171,7 +178,15 @@ pub(super) fn setup_error(address: &str, error: RedisError) -> SetupError {
 ///
 /// On a cluster (`cluster`), `READONLY` is a fault: a write that lands on a master demoted to
 /// a replica mid-failover.
+///
+/// A certificate that does not verify (feature `tls`) is misconfiguration too, never papered
+/// over: a bucket failing open must not grant everything because its server's certificate
+/// expired.
 pub(super) fn is_rejection(error: &RedisError, cluster: bool) -> bool {
+    #[cfg(feature = "tls")]
+    if super::tls::is_tls(error) {
+        return true;
+    }
     match error.kind() {
         ErrorKind::AuthenticationFailed | ErrorKind::InvalidClientConfig => true,
         ErrorKind::Server(
@@ -343,6 +358,15 @@ impl Shared {
             let next = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
             *guard = (next, Link::Single(manager));
         }
+    }
+
+    /// Puts `link` in place of the connection in use: a Sentinel named a new primary.
+    #[cfg(feature = "sentinel")]
+    pub(super) fn install(&self, link: Link) {
+        let mut guard = self.manager.lock().unwrap_or_else(PoisonError::into_inner);
+        // Relaxed: the mutex orders the generation with the manager.
+        let next = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
+        *guard = (next, link);
     }
 
     /// Microseconds since `base`.

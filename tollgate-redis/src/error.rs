@@ -158,6 +158,10 @@ pub enum SetupError {
     /// [`RedisConnection::connect_lazy`](super::RedisConnection::connect_lazy) was called outside a tokio
     /// runtime: call it from within one (the connection's calls run on it).
     NoRuntime,
+    /// The TLS handshake failed: the server's certificate did not verify, or the server
+    /// refused ours. Never retried in plain text.
+    #[cfg(feature = "tls")]
+    Tls(super::tls::TlsError),
 }
 
 impl fmt::Display for SetupError {
@@ -186,6 +190,8 @@ impl fmt::Display for SetupError {
             SetupError::NoRuntime => {
                 f.write_str("a Redis connection must be set up within a tokio runtime")
             }
+            #[cfg(feature = "tls")]
+            SetupError::Tls(error) => fmt::Display::fmt(error, f),
         }
     }
 }
@@ -200,6 +206,8 @@ impl std::error::Error for SetupError {
             SetupError::Unrepresentable | SetupError::Timeout { .. } | SetupError::NoRuntime => {
                 None
             }
+            #[cfg(feature = "tls")]
+            SetupError::Tls(error) => Some(error),
         }
     }
 }

@@ -90,6 +90,7 @@
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+pub mod acl;
 mod answers;
 mod builder;
 mod cluster;
@@ -99,8 +100,14 @@ mod keyed;
 mod late;
 mod layout;
 mod lease;
+#[cfg(feature = "sentinel")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sentinel")))]
+pub mod sentinel;
 #[cfg(test)]
 mod tests;
+#[cfg(feature = "tls")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
+pub mod tls;
 mod wait;
 
 use core::time::Duration;

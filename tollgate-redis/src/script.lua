@@ -64,12 +64,26 @@ local start = pair(5)
 local max_debt = pair(7)
 local charge = pair(11)
 
+-- Runs a command as redis.call does, except that a refusal by the user's ACL names the
+-- command, which Redis's own message for a script does not.
+local function call(command, ...)
+  local answer = redis.pcall(command, ...)
+  if type(answer) == 'table' and answer.err then
+    if string.find(answer.err, "can't run this command", 1, true) then
+      error({err = "NOPERM this user has no permissions to run the '" .. string.lower(command)
+        .. "' command in the rate limit script"})
+    end
+    error(answer)
+  end
+  return answer
+end
+
 local now
 local fixed_now = ARGV[10] ~= ''
 if fixed_now then
   now = tonumber(ARGV[10])
 else
-  local time = redis.call('TIME')
+  local time = call('TIME')
   now = tonumber(time[1]) * 1000000 + tonumber(time[2])
 end
 -- A call that Redis runs after its caller gave up (queued behind a stall, say) does nothing.
@@ -86,7 +100,7 @@ end
 
 local z, epoch
 local dirty = false -- the key must be written (or deleted) whatever the operation decides
-local state = redis.call('GET', key)
+local state = call('GET', key)
 local absent = not state
 if state then
   local f = {}
@@ -135,13 +149,13 @@ end
 local function store()
   if not less(floor, z) then
     if not absent or dirty then
-      redis.call('DEL', key)
+      call('DEL', key)
     end
     return
   end
   local value = string.format('%d %d %d %d', z[1], z[2], now, epoch)
   if fixed_now then
-    redis.call('SET', key, value)
+    call('SET', key, value)
     return
   end
   -- The key lives until the bucket would be full: never a millisecond less.
@@ -150,7 +164,7 @@ local function store()
   if full[2] > 0 then
     full_us = full_us + 1
   end
-  redis.call('SET', key, value, 'PXAT', string.format('%d', math.floor(full_us / 1000) + 1))
+  call('SET', key, value, 'PXAT', string.format('%d', math.floor(full_us / 1000) + 1))
 end
 
 -- Writes what changed. A bucket that starts below full is written at its first use, even if

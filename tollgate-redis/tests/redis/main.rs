@@ -4,6 +4,7 @@
 //! `cargo test --release -p tollgate-redis --test redis` runs them all. The tests that span
 //! processes start this binary again as their workers, with `TOLLGATE_WORKER` set.
 
+mod acl;
 mod bounds;
 mod clock;
 mod cluster;
@@ -19,8 +20,12 @@ mod late;
 mod lease;
 mod nginx;
 mod restarts;
+#[cfg(feature = "sentinel")]
+mod sentinel;
 mod sharing;
 mod support;
+#[cfg(feature = "tls")]
+mod tls;
 mod window;
 
 /// A multiplexed connection to `server`.

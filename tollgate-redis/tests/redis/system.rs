@@ -3,7 +3,7 @@
 //
 // `cargo test --all-features` on a fresh Debian machine has none of them. The first test that
 // needs one, as root with `apt-get`, installs them all at once (`apt-get update`, then
-// `apt-get install -y redis-server nginx faketime`), holding a file lock so that the test
+// `apt-get install -y redis-server nginx faketime openssl`), holding a file lock so that the test
 // threads and the test binaries running side by side neither race apt nor install twice.
 // Elsewhere, a test that needs a missing program fails, naming the package that brings it. No
 // test is ever skipped for want of one.
@@ -16,7 +16,7 @@ use std::sync::Mutex;
 use std::{eprintln, format};
 
 /// The Debian packages the tests use, installed together by the first test that misses one.
-pub const PACKAGES: [&str; 3] = ["redis-server", "nginx", "faketime"];
+pub const PACKAGES: [&str; 4] = ["redis-server", "nginx", "faketime", "openssl"];
 
 /// The path of `program`, brought by the Debian package `package` (one of [`PACKAGES`]):
 /// found on `PATH` or in the `sbin` directories (nginx lives in `/usr/sbin`), else installed.
