@@ -108,6 +108,13 @@ fn a_failover_is_followed_within_the_bound_and_served_again_falling_back() {
     failover("fallback");
 }
 
+/// Failing open: every call Redis cannot answer is granted, and only then; Redis's own grants
+/// keep the bound.
+#[test]
+fn a_failover_is_followed_within_the_bound_and_served_again_failing_open() {
+    failover("open");
+}
+
 fn failover(policy: &str) {
     let _serial = serial();
     let mut primary = RedisServer::start();
@@ -140,6 +147,7 @@ fn failover(policy: &str) {
     // One process: the fallback is the whole quota, locally.
     let fault_policy = match policy {
         "closed" => FaultPolicy::FailClosed,
+        "open" => FaultPolicy::FailOpen,
         _ => FaultPolicy::fallback_share(quota, 1),
     };
     let urls: Vec<String> = sentinels.iter().map(SentinelProcess::url).collect();
@@ -148,6 +156,8 @@ fn failover(policy: &str) {
     let kill_at = Duration::from_millis(1500);
     let grants = Arc::new(AtomicU64::new(0));
     let fallback_grants = Arc::new(AtomicU64::new(0));
+    // When each grant made open came, since the start.
+    let open_at = Arc::new(Mutex::new(Vec::new()));
     // When each grant by Redis came, since the start.
     let granted_at = Arc::new(Mutex::new(Vec::new()));
     // When Redis answered, a grant or a denial: served, since the start.
@@ -170,6 +180,7 @@ fn failover(policy: &str) {
         for _ in 0..4 {
             let (bucket, grants, granted_at) = (bucket.clone(), grants.clone(), granted_at.clone());
             let (fallback_grants, answered_at) = (fallback_grants.clone(), answered_at.clone());
+            let open_at = open_at.clone();
             tasks.push(tokio::spawn(async move {
                 while start.elapsed() < run {
                     let answer = bucket.try_acquire(1).await;
@@ -194,7 +205,7 @@ fn failover(policy: &str) {
                             Source::Fallback => {
                                 fallback_grants.fetch_add(1, Ordering::Relaxed);
                             }
-                            Source::Open => panic!("no policy here fails open"),
+                            Source::Open => open_at.lock().unwrap().push(start.elapsed()),
                         }
                     }
                     tokio::time::sleep(Duration::from_millis(2)).await;
@@ -228,23 +239,44 @@ fn failover(policy: &str) {
         .expect("served again after the kill");
     let to_served = served_again - killed_at;
     let mut bound = burst + (rate as f64 * elapsed.as_secs_f64()).ceil() as u64 + burst;
-    if policy != "closed" {
+    let open_at = open_at.lock().unwrap().clone();
+    let opened = open_at.len() as u64;
+    if policy == "open" {
+        // Granted open only while Redis did not answer: from the first call it left unanswered
+        // (sent at most a timeout before) until it served again; Redis's own grants keep the
+        // bound.
+        let timeout = Duration::from_millis(100);
+        assert!(opened > 0, "calls granted open during the failover");
+        for at in &open_at {
+            assert!(
+                *at + timeout >= first_unserved && *at <= served_again + timeout,
+                "granted open at {at:?}, outside the outage ({first_unserved:?} to {served_again:?})"
+            );
+        }
+    } else if policy != "closed" {
         // The local bucket, from empty, for the outage: until Redis served again.
         bound += (rate as f64 * to_served.as_secs_f64()).ceil() as u64;
     } else {
         assert_eq!(fallback_grants, 0);
     }
     eprintln!(
-        "sentinel failover, {policy}: {grants} grants ({fallback_grants} by the fallback) in \
+        "sentinel failover, {policy}: {grants} grants ({fallback_grants} by the fallback, {opened} open, bound on the others) in \
          {elapsed:?} against a bound of {bound} (burst {burst} + {rate}/s x elapsed + one burst \
          lost{}); served again {to_served:?} after the primary was killed",
-        if policy == "closed" {
-            ""
-        } else {
+        if policy == "fallback" {
             " + the fallback's rate x outage"
+        } else {
+            ""
         }
     );
-    assert!(grants <= bound, "{grants} grants > {bound}");
+    assert!(
+        grants - opened <= bound,
+        "{} grants by Redis > {bound}",
+        grants - opened
+    );
+    if policy != "open" {
+        assert_eq!(opened, 0);
+    }
     assert!(
         replica.cli(None, &["ROLE"]).starts_with("master"),
         "the replica was promoted"
