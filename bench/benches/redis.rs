@@ -25,21 +25,102 @@ mod system {
 struct Server {
     child: Child,
     port: u16,
+    /// The port serving TLS beside `port`, and the CA that signed its certificate.
+    tls: Option<(u16, Vec<u8>)>,
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("free port")
+        .port()
+}
+
+/// A CA and a certificate it signed for 127.0.0.1, made by `openssl` in `dir`.
+fn certificates(dir: &std::path::Path) {
+    let openssl = system::program("openssl", "openssl");
+    let run = |args: &[&str]| {
+        let status = Command::new(&openssl)
+            .current_dir(dir)
+            .args(args)
+            .stderr(Stdio::null())
+            .status()
+            .expect("openssl runs");
+        assert!(status.success(), "openssl {args:?}");
+    };
+    let key = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    let mut ca = vec![
+        "req",
+        "-x509",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=tollgate bench ca",
+    ];
+    ca.extend(key);
+    ca.extend(["-keyout", "ca.key", "-out", "ca.crt"]);
+    run(&ca);
+    std::fs::write(dir.join("server.ext"), "subjectAltName=IP:127.0.0.1\n").expect("ext");
+    let mut csr = vec!["req", "-subj", "/CN=127.0.0.1"];
+    csr.extend(key);
+    csr.extend(["-keyout", "server.key", "-out", "server.csr"]);
+    run(&csr);
+    run(&[
+        "x509",
+        "-req",
+        "-days",
+        "2",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.crt",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-extfile",
+        "server.ext",
+        "-out",
+        "server.crt",
+    ]);
 }
 
 impl Server {
-    fn start() -> Self {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|listener| listener.local_addr())
-            .expect("free port")
-            .port();
-        let child = Command::new(system::program("redis-server", "redis-server"))
+    /// A server on a plain TCP port and, with `tls`, a TLS port beside it.
+    fn start(tls: bool) -> Self {
+        let port = free_port();
+        let mut command = Command::new(system::program("redis-server", "redis-server"));
+        command
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no", "--loglevel", "warning"])
+            .args(["--save", "", "--appendonly", "no", "--loglevel", "warning"]);
+        let tls = tls.then(|| {
+            let dir = std::env::temp_dir().join(format!("tollgate-bench-tls-{port}"));
+            std::fs::create_dir_all(&dir).expect("temporary directory");
+            certificates(&dir);
+            let tls_port = free_port();
+            let path = |name: &str| dir.join(name).to_string_lossy().into_owned();
+            command
+                .args([
+                    "--tls-port",
+                    &tls_port.to_string(),
+                    "--tls-auth-clients",
+                    "no",
+                ])
+                .args(["--tls-cert-file", &path("server.crt")])
+                .args(["--tls-key-file", &path("server.key")])
+                .args(["--tls-ca-cert-file", &path("ca.crt")]);
+            (tls_port, std::fs::read(dir.join("ca.crt")).expect("the CA"))
+        });
+        let child = command
             .stdout(Stdio::null())
             .spawn()
             .expect("redis-server starts");
-        let server = Self { child, port };
+        let server = Self { child, port, tls };
         let began = Instant::now();
         while server.info("PING").is_none() {
             assert!(began.elapsed() < Duration::from_secs(10), "redis-server");
@@ -84,7 +165,7 @@ impl Drop for Server {
 }
 
 fn redis(c: &mut Criterion) {
-    let server = Server::start();
+    let server = Server::start(true);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -123,19 +204,39 @@ fn redis(c: &mut Criterion) {
         );
     }
 
+    // The same server over TLS (rustls), on the port beside: what TLS costs a call.
+    let (tls_port, ca) = server.tls.clone().expect("a TLS port");
+    let tls_client = tollgate_redis::tls::client(
+        &format!("rediss://127.0.0.1:{tls_port}/"),
+        tollgate_redis::tls::Tls::new().ca(ca),
+    )
+    .expect("a TLS client");
+    let tls_connection = RedisConnection::connect_lazy(tls_client).unwrap();
+    let tls_bucket = rt
+        .block_on(
+            RedisBucket::builder(&tls_connection, "bench-tls", quota)
+                .timeout(Duration::from_secs(1))
+                .connect(),
+        )
+        .expect("connect over TLS");
+
     let mut group = c.benchmark_group("redis");
-    group.throughput(Throughput::Elements(1));
-    group.bench_function("try_acquire, one at a time", |b| {
-        b.iter_custom(|iters| {
-            rt.block_on(async {
-                let began = Instant::now();
-                for _ in 0..iters {
-                    black_box(bucket.try_acquire(1).await.is_ok());
-                }
-                began.elapsed()
+    for (over, bucket) in [("", &bucket), (" over TLS", &tls_bucket)] {
+        group.throughput(Throughput::Elements(1));
+        group.bench_function(format!("try_acquire, one at a time{over}"), |b| {
+            b.iter_custom(|iters| {
+                rt.block_on(async {
+                    let began = Instant::now();
+                    for _ in 0..iters {
+                        black_box(bucket.try_acquire(1).await.is_ok());
+                    }
+                    began.elapsed()
+                })
             })
-        })
-    });
+        });
+        in_flight(&mut group, &rt, bucket, over);
+    }
+    group.throughput(Throughput::Elements(1));
     group.bench_function("acquire, one at a time", |b| {
         b.iter_custom(|iters| {
             rt.block_on(async {
@@ -147,29 +248,41 @@ fn redis(c: &mut Criterion) {
             })
         })
     });
-    const IN_FLIGHT: u64 = 64;
-    group.throughput(Throughput::Elements(IN_FLIGHT));
-    group.bench_function("try_acquire, 64 in flight on one connection", |b| {
-        b.iter_custom(|iters| {
-            rt.block_on(async {
-                let began = Instant::now();
-                for _ in 0..iters {
-                    let mut calls = tokio::task::JoinSet::new();
-                    for _ in 0..IN_FLIGHT {
-                        let bucket = bucket.clone();
-                        calls.spawn(async move { bucket.try_acquire(1).await.is_ok() });
-                    }
-                    while let Some(granted) = calls.join_next().await {
-                        black_box(granted.expect("task"));
-                    }
-                }
-                began.elapsed()
-            })
-        })
-    });
     group.finish();
 
     modes(&rt, &client, &server, quota);
+}
+
+/// `try_acquire` with 64 calls in flight on one connection.
+fn in_flight(
+    group: &mut criterion::BenchmarkGroup<criterion::measurement::WallTime>,
+    rt: &tokio::runtime::Runtime,
+    bucket: &RedisBucket,
+    over: &str,
+) {
+    const IN_FLIGHT: u64 = 64;
+    group.throughput(Throughput::Elements(IN_FLIGHT));
+    group.bench_function(
+        format!("try_acquire, 64 in flight on one connection{over}"),
+        |b| {
+            b.iter_custom(|iters| {
+                rt.block_on(async {
+                    let began = Instant::now();
+                    for _ in 0..iters {
+                        let mut calls = tokio::task::JoinSet::new();
+                        for _ in 0..IN_FLIGHT {
+                            let bucket = bucket.clone();
+                            calls.spawn(async move { bucket.try_acquire(1).await.is_ok() });
+                        }
+                        while let Some(granted) = calls.join_next().await {
+                            black_box(granted.expect("task"));
+                        }
+                    }
+                    began.elapsed()
+                })
+            })
+        },
+    );
 }
 
 /// Decisions for about a second in each mode, one task: decisions a second, and round trips
