@@ -4,15 +4,16 @@
 //! [`ACL_COMMANDS`] on the keys it owns, say every key under the prefix `rate:`:
 //!
 //! ```text
-//! ACL SETUSER limiter on >password resetkeys ~rate:* resetchannels -@all +ping +evalsha +script|load +time +get +set +del
+//! ACL SETUSER limiter on >password resetkeys ~rate:* resetchannels -@all +ping +evalsha +eval +time +get +set +del
 //! ```
 //!
 //! What each is for: `PING` is
 //! [`RedisConnection::connect`](crate::RedisConnection::connect)'s check; `EVALSHA` runs the
-//! script, and `SCRIPT LOAD` loads it when the server does not hold it yet (after a restart or a
-//! `SCRIPT FLUSH`); within the script, `TIME` reads Redis's clock, `GET` the bucket, `SET` and
-//! `DEL` write it back. Redis checks the commands a script runs against the user's ACL as it
-//! runs them, so each is needed. `EVAL` is never sent, nor any command that reads other keys.
+//! script, and `EVAL` sends it with its text when the server does not hold it yet (after a
+//! restart, a failover or a `SCRIPT FLUSH`: on the key's own node, which `SCRIPT LOAD` would
+//! not reach on a cluster); within the script, `TIME` reads Redis's clock, `GET` the bucket,
+//! `SET` and `DEL` write it back. Redis checks the commands a script runs against the user's
+//! ACL as it runs them, so each is needed. No command that reads other keys is sent.
 //! The client's own `CLIENT SETINFO` at connection, refused to such a user, is ignored.
 //!
 //! A permission missing (a command, or a key outside the user's patterns) is
@@ -21,4 +22,4 @@
 //! [`SetupError::Refused`](crate::SetupError::Refused) at `connect`.
 
 /// The commands a user needs, in `ACL SETUSER`'s syntax: see the [module](self).
-pub const ACL_COMMANDS: &str = "-@all +ping +evalsha +script|load +time +get +set +del";
+pub const ACL_COMMANDS: &str = "-@all +ping +evalsha +eval +time +get +set +del";

@@ -54,7 +54,7 @@ fn a_user_with_the_documented_commands_runs_buckets_keyed_quotas_and_leases() {
             Err(Error::Denied { .. })
         ));
 
-        // The keyed quotas load the script themselves (`SCRIPT LOAD`, then `EVALSHA`).
+        // The keyed quotas send the script themselves (`EVAL` with its text, then `EVALSHA`).
         assert_eq!(server.cli(None, &["SCRIPT", "FLUSH"]), "OK");
         let keyed = RedisKeyed::new(&redis, "acl:keyed:", quota()).unwrap();
         let answers = keyed
@@ -94,7 +94,7 @@ fn each_command_taken_away_is_a_rejection_naming_it() {
                 .filter(|rule| rule != missing)
                 .collect();
             set_user(&server, &rules.join(" "));
-            // `script|load` is refused as `script|load`; the others by their name.
+            // Each is refused by its name.
             let name = missing.trim_start_matches('+');
             let client = Client::open(url(&server)).unwrap();
             if name == "ping" {
