@@ -104,6 +104,10 @@ pub enum ConfigError {
     /// token (`2 × resolution × rate ≥ 1`), so a window could see one grant above the cap. Use
     /// a finer clock, or a longer window.
     WindowTooCoarse,
+    /// An unlimited quota ([`Rate::UNLIMITED`](crate::Rate::UNLIMITED)) given to a limiter that
+    /// takes only a finite rate: one whose state lives elsewhere (Redis), whose quota changes
+    /// (`AdjustableBucket`), the no_std keyed table, or a tier of a keyed limiter.
+    UnlimitedNotTaken,
 }
 
 impl fmt::Display for ConfigError {
@@ -148,6 +152,9 @@ impl ConfigError {
             ConfigError::WindowOutOfRange => "window of the cap exceeds 584 years",
             ConfigError::BurstNotBelowCap => {
                 "burst is not below the window's cap (after margins and division), so no rate is left; lower the burst or raise the cap"
+            }
+            ConfigError::UnlimitedNotTaken => {
+                "an unlimited quota is taken by TokenBucket and KeyedLimiter only; this limiter needs a finite rate"
             }
             ConfigError::WindowTooCoarse => {
                 "two steps of the clock's reading accrue a whole token, so the window's cap could be exceeded by one; use a finer clock or a longer window"

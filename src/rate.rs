@@ -53,6 +53,8 @@ pub(crate) enum Range {
     DividedByZero,
     /// An exact result that does not fit 64-bit tokens per nanoseconds.
     Overflow,
+    /// [`Rate::UNLIMITED`]: no limit at all, which only some limiters take.
+    Unlimited,
 }
 
 impl Range {
@@ -64,11 +66,43 @@ impl Range {
             Range::PercentAbove100(percent) => Some(ConfigError::PercentAbove100 { percent }),
             Range::DividedByZero => Some(ConfigError::DividedByZero),
             Range::Overflow => Some(ConfigError::RateOutOfRange),
+            Range::Unlimited => Some(ConfigError::UnlimitedNotTaken),
         }
     }
 }
 
 impl Rate {
+    /// No limit: a [`TokenBucket`](crate::TokenBucket) or a
+    /// [`KeyedLimiter`](crate::KeyedLimiter) on a quota of this rate grants every request at
+    /// once (Go's `rate.Inf`). It turns a limit off from configuration, leaving the code's shape
+    /// as it is. Less a percentage or divided, it stays unlimited. The limiters that keep their
+    /// state elsewhere or change their quota (Redis, `AdjustableBucket`, the no_std keyed table)
+    /// refuse it with [`ConfigError::UnlimitedNotTaken`].
+    ///
+    /// ```
+    /// use tollgate::{ManualClock, Quota, Rate, TokenBucket};
+    ///
+    /// let clock = ManualClock::new();
+    /// let bucket = TokenBucket::try_new(Quota::new(Rate::UNLIMITED), &clock)?;
+    /// for _ in 0..1_000 {
+    ///     assert!(bucket.try_acquire(u32::MAX).is_ok());
+    /// }
+    /// assert!(bucket.is_unlimited());
+    /// assert_eq!(Rate::UNLIMITED.divided_by(3), Rate::UNLIMITED);
+    /// assert_eq!(Rate::UNLIMITED.to_string(), "unlimited");
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub const UNLIMITED: Self = Self {
+        tokens: u64::MAX,
+        per_ns: 1,
+        range: Range::Unlimited,
+    };
+
+    /// Whether this is [`Rate::UNLIMITED`].
+    pub const fn is_unlimited(&self) -> bool {
+        matches!(self.range, Range::Unlimited)
+    }
+
     /// `tokens` per `period`. A period longer than `u64::MAX` nanoseconds (584 years) is out of
     /// range.
     pub const fn new(tokens: u64, period: Duration) -> Self {
@@ -216,6 +250,9 @@ impl fmt::Debug for Rate {
 impl fmt::Display for Rate {
     /// `171 per minute`, `1350 per minute` for 22.5 per second, `3 per 700 ms`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.is_unlimited() {
+            return f.write_str("unlimited");
+        }
         if let Some(error) = self.range_error() {
             return fmt::Display::fmt(&error, f);
         }
@@ -366,8 +403,23 @@ impl Quota {
         self.rate
     }
 
-    /// The capacity: the burst set, or one second of rate (at least 1).
+    /// An unlimited quota: [`Rate::UNLIMITED`], which grants every request at once (a burst
+    /// and a start fill set on it mean nothing).
+    pub const fn unlimited() -> Self {
+        Self::new(Rate::UNLIMITED)
+    }
+
+    /// Whether the quota's rate is [`Rate::UNLIMITED`].
+    pub const fn is_unlimited(&self) -> bool {
+        self.rate.is_unlimited()
+    }
+
+    /// The capacity: the burst set, or one second of rate (at least 1); `u64::MAX` on an
+    /// unlimited quota.
     pub const fn burst_size(&self) -> u64 {
+        if self.rate.is_unlimited() {
+            return u64::MAX;
+        }
         if self.burst_set {
             self.burst
         } else {

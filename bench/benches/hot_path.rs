@@ -106,5 +106,33 @@ fn available(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, try_acquire, reserve, available);
+/// An unlimited quota's check beside a limited bucket's grant and the floor, on each clock: what
+/// turning a limit off from configuration costs.
+fn unlimited(c: &mut Criterion) {
+    let mut group = c.benchmark_group("unlimited");
+    let manual: &'static ManualClock = Box::leak(Box::new(ManualClock::starting_at(1 << 40)));
+    let line: [(&str, Box<dyn Check>); 6] = [
+        ("manual/floor", Box::new(common::floor(manual))),
+        (
+            "manual/tollgate",
+            Box::new(common::tollgate(manual, Path::Allow)),
+        ),
+        (
+            "manual/unlimited",
+            Box::new(bucket(Quota::unlimited(), manual)),
+        ),
+        ("tsc/floor", Box::new(common::floor(tsc()))),
+        (
+            "tsc/tollgate",
+            Box::new(common::tollgate(tsc(), Path::Allow)),
+        ),
+        ("tsc/unlimited", Box::new(bucket(Quota::unlimited(), tsc()))),
+    ];
+    for (name, limiter) in line {
+        group.bench_function(name, |b| b.iter_custom(|iters| time(&*limiter, iters)));
+    }
+    group.finish();
+}
+
+criterion_group!(benches, try_acquire, reserve, available, unlimited);
 criterion_main!(benches);

@@ -209,7 +209,7 @@ impl<C: Clock> TokenBucket<C> {
 /// The layout of `quota` on a clock of `ticks_per_second` for a word of `bits`, for the `const`
 /// constructors: a bad quota panics, which in a `static` is a compile error.
 const fn solved(quota: &Quota, ticks_per_second: u64, bits: u32) -> Layout {
-    match Layout::solve(quota, ticks_per_second, bits) {
+    match Layout::solve_or_unlimited(quota, ticks_per_second, bits) {
         Ok(layout) => layout,
         Err(error) => panic!("{}", error.message()),
     }
@@ -278,9 +278,13 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
     pub fn try_new_with_word(quota: Quota, clock: C) -> Result<Self, ConfigError> {
-        let layout = Layout::solve(&quota, C::TICKS_PER_SECOND, W::BITS)?;
+        let layout = Layout::solve_or_unlimited(&quota, C::TICKS_PER_SECOND, W::BITS)?;
         let stored = W::pack(&layout).ok_or(ConfigError::Unrepresentable)?;
-        let word = layout.fresh(layout.units_at(clock.now()));
+        let word = if layout.is_unlimited() {
+            layout.unused()
+        } else {
+            layout.fresh(layout.units_at(clock.now()))
+        };
         Ok(Self {
             word: W::cell(word),
             layout: stored,
@@ -292,7 +296,8 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
     /// Takes `n` tokens now, or says how long until it could.
     ///
     /// Never waits. `n = 0` always succeeds; `n` above the burst is
-    /// [`Denied::ExceedsCapacity`] at once. A denial takes nothing.
+    /// [`Denied::ExceedsCapacity`] at once. A denial takes nothing. On an unlimited quota
+    /// ([`Quota::unlimited`]) every call succeeds.
     // Inlined into every caller, with the take and its loop: an `#[inline]` function called
     // from more than one place is left a call, and then a denial builds the whole of its
     // `retry_after` for a caller that reads only whether it was granted. Inlined, the
@@ -308,6 +313,9 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
         // that window.
         let now = self.clock.now();
         let p = self.layout();
+        if p.is_unlimited() {
+            return Ok(());
+        }
         let Some(cost) = p.cost_within(n) else {
             return Err(Denied::ExceedsCapacity {
                 burst: self.burst_when_exceeded(),
@@ -320,7 +328,8 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
     /// before it joins a line, from the layout (rebuilding the quota would cost a `gcd`).
     #[cfg(any(feature = "embassy-time", feature = "embedded-hal-async"))]
     pub(crate) fn within_burst(&self, n: u32) -> Result<(), Denied> {
-        if self.layout().cost_within(n).is_some() {
+        let p = self.layout();
+        if p.is_unlimited() || p.cost_within(n).is_some() {
             Ok(())
         } else {
             Err(Denied::ExceedsCapacity {
@@ -360,10 +369,11 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
     pub fn reserve(&self, n: u32, max_wait: Duration) -> Result<Reservation, Denied> {
-        if n == 0 {
+        let p = self.layout();
+        if n == 0 || p.is_unlimited() {
             let now = self.clock.now();
             return Ok(Reservation {
-                tokens: 0,
+                tokens: n,
                 due_units: 0,
                 due_ticks: now,
                 made_ticks: now,
@@ -371,7 +381,6 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
                 wait: Duration::ZERO,
             });
         }
-        let p = self.layout();
         let cost = p.cost(n)?;
         let max_wait_ticks = duration_to_ticks_floor::<C>(max_wait);
         // A wait is from a reading taken after the word it lands on (see `update_fresh`).
@@ -420,10 +429,10 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
         pending_only: bool,
         rule: impl Fn(&Layout, u64, u64, u64, u64) -> Option<u64>,
     ) {
-        if reservation.tokens == 0 {
+        let p = self.layout();
+        if reservation.tokens == 0 || p.is_unlimited() {
             return;
         }
-        let p = self.layout();
         let Ok(cost) = p.cost(reservation.tokens) else {
             return;
         };
@@ -451,6 +460,9 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
     /// gives it back with the tokens, by the same rules.
     pub(crate) fn hold_until(&self, reservation: &mut Reservation, at_ticks: u64) {
         let p = self.layout();
+        if p.is_unlimited() {
+            return;
+        }
         let Ok(cost) = p.cost(reservation.tokens) else {
             return;
         };
@@ -469,15 +481,20 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
         }
     }
 
-    /// Whole tokens in the bucket now; 0 while reservations hold it in debt.
+    /// Whole tokens in the bucket now; 0 while reservations hold it in debt. `u64::MAX` on an
+    /// unlimited quota.
     pub fn available(&self) -> u64 {
         let p = self.layout();
+        if p.is_unlimited() {
+            return u64::MAX;
+        }
         let now_units = p.units_at(self.clock.now());
         p.tokens(self.cell(&p).read(now_units), now_units)
     }
 
     /// How long until the bucket is full again if nobody takes from it, read to its
-    /// resolution: the `reset` a `RateLimit` header reports. Zero when it is full.
+    /// resolution: the `reset` a `RateLimit` header reports. Zero when it is full, and always
+    /// on an unlimited quota.
     ///
     /// ```
     /// use core::time::Duration;
@@ -493,6 +510,9 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
     pub fn until_full(&self) -> Duration {
         let now = self.clock.now();
         let p = self.layout();
+        if p.is_unlimited() {
+            return Duration::ZERO;
+        }
         let word = self.cell(&p).read(p.units_at(now));
         let ticks = p.ticks_to_full(word, now);
         ticks_to_duration_ceil::<C>(ticks)
@@ -510,7 +530,7 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
         let p = self.layout();
         // The never-used mark is not an instant, so it cannot age; starting the bucket here
         // would apply its start fill early.
-        if W::load(&self.word) == p.unused() {
+        if p.is_unlimited() || W::load(&self.word) == p.unused() {
             return;
         }
         let _already_fresh = self.cell(&p).update(self.clock.now(), |word, now_units| {
@@ -531,22 +551,31 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
     /// accrue.
     /// Call [`touch`](Self::touch) within the horizon to read exactly always; [`Word`]'s docs
     /// give the horizon at the common firmware timer rates, and when to choose the 64-bit word.
+    /// `Duration::MAX` on an unlimited quota, which reads nothing.
     pub fn idle_horizon(&self) -> Duration {
-        self.layout().idle_horizon::<C>()
+        let p = self.layout();
+        if p.is_unlimited() {
+            return Duration::MAX;
+        }
+        p.idle_horizon::<C>()
     }
 
     /// The resolution to which the bucket reads its clock: the most time between two steps of
     /// its reading. On the 64-bit word one tick, or the power of two of ticks that the word's
     /// layout needed; on the 32-bit word one tick, or the time one unit of the word takes to
     /// accrue where that is longer (see the crate docs). Decisions are exact for the clock read
-    /// to this resolution.
+    /// to this resolution. One tick on an unlimited quota.
     pub fn resolution(&self) -> Duration {
-        self.layout().resolution::<C>()
+        ticks_to_duration_ceil::<C>(self.resolution_ticks())
     }
 
     /// [`resolution`](Self::resolution) in clock ticks.
     pub fn resolution_ticks(&self) -> u64 {
-        self.layout().resolution_ticks()
+        let p = self.layout();
+        if p.is_unlimited() {
+            return 1;
+        }
+        p.resolution_ticks()
     }
 
     /// The rate this bucket enforces, exactly: [`TickRate::tokens`] every [`TickRate::ticks`]
@@ -557,14 +586,28 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
     /// hold: lower by less than one part in 2^20 on the 64-bit word (under one part per million,
     /// far inside any clock crystal's tolerance), and by less than one part in 10^3 on the
     /// 32-bit word (in practice under one part per million there too). See
-    /// [`is_exact`](Self::is_exact).
+    /// [`is_exact`](Self::is_exact). On an unlimited quota, `u64::MAX` tokens every 0 ticks.
     pub fn tick_rate(&self) -> TickRate {
-        TickRate::of(&self.layout())
+        let p = self.layout();
+        if p.is_unlimited() {
+            return TickRate {
+                tokens: u64::MAX,
+                ticks: 0,
+            };
+        }
+        TickRate::of(&p)
     }
 
-    /// Whether [`tick_rate`](Self::tick_rate) is the quota's rate exactly.
+    /// Whether [`tick_rate`](Self::tick_rate) is the quota's rate exactly (always on an
+    /// unlimited quota).
     pub fn is_exact(&self) -> bool {
-        self.layout().is_exact()
+        let p = self.layout();
+        p.is_unlimited() || p.is_exact()
+    }
+
+    /// Whether the bucket's quota is unlimited ([`Quota::unlimited`]): it grants every call.
+    pub fn is_unlimited(&self) -> bool {
+        self.layout().is_unlimited()
     }
 
     /// The quota this bucket enforces: the rate, burst and start fill it was built with. The
@@ -584,7 +627,11 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
     pub fn quota(&self) -> Quota {
-        self.layout().quota(C::TICKS_PER_SECOND)
+        let p = self.layout();
+        if p.is_unlimited() {
+            return Quota::unlimited();
+        }
+        p.quota(C::TICKS_PER_SECOND)
     }
 
     /// The clock this bucket reads.
@@ -595,9 +642,17 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
     /// The bucket's bounds in its own units, exactly: what a backend that keeps the same
     /// bucket elsewhere must agree with (`tollgate-redis` sizes its script's debt bound and
     /// ceiling from them, so that the script grants what this bucket grants). Convert them
-    /// through the token: `units / units_per_token` tokens.
+    /// through the token: `units / units_per_token` tokens. An unlimited quota has none: one
+    /// unit a token, no debt and nothing above the burst.
     pub fn unit_bounds(&self) -> UnitBounds {
         let p = self.layout();
+        if p.is_unlimited() {
+            return UnitBounds {
+                units_per_token: 1,
+                max_debt_units: 0,
+                above_burst_units: 0,
+            };
+        }
         UnitBounds {
             units_per_token: p.units_per_token.get(),
             max_debt_units: p.max_debt_units(),

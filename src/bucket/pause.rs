@@ -33,6 +33,10 @@ pub enum Pause {
         /// How long from now until the bucket is empty again and starts to refill.
         resumes_after: Duration,
     },
+    /// The bucket's quota is unlimited ([`Quota::unlimited`](crate::Quota::unlimited)): it
+    /// grants through any pause, and nothing changed. Turn a limit on (a finite quota) to
+    /// follow an upstream's pushback.
+    Unlimited,
 }
 
 impl Pause {
@@ -43,6 +47,7 @@ impl Pause {
             Pause::Paused { resumes_after }
             | Pause::AlreadyLonger { resumes_after }
             | Pause::Clamped { resumes_after } => resumes_after,
+            Pause::Unlimited => Duration::ZERO,
         }
     }
 }
@@ -97,12 +102,20 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
     }
 
     /// The longest pause the word can hold: the debt bound, read to the clock's resolution.
+    /// Zero on an unlimited quota, which does not pause.
     pub fn max_pause(&self) -> Duration {
-        self.layout().max_pause::<C>()
+        let p = self.layout();
+        if p.is_unlimited() {
+            return Duration::ZERO;
+        }
+        p.max_pause::<C>()
     }
 
     fn pause_ticks(&self, now: u64, ticks: u64) -> Pause {
         let p = self.layout();
+        if p.is_unlimited() {
+            return Pause::Unlimited;
+        }
         let outcome = self.cell(&p).update(now, |word, now_units| {
             p.pause_step(word, now, now_units, ticks)
         });
@@ -120,10 +133,10 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
     /// How long until `reserve(n, max_wait)` would succeed, without taking anything: zero when
     /// it would now.
     pub(crate) fn shortfall(&self, n: u32, max_wait: Duration) -> Result<Duration, Denied> {
-        if n == 0 {
+        let p = self.layout();
+        if n == 0 || p.is_unlimited() {
             return Ok(Duration::ZERO);
         }
-        let p = self.layout();
         let cost = p.cost(n)?;
         let now = self.clock.now();
         let now_units = p.units_at(now);

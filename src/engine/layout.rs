@@ -255,8 +255,52 @@ impl Layout {
 }
 
 impl Layout {
+    /// The `shift` that marks an unlimited layout: no clock is read to 2^255 ticks, so no solved
+    /// layout has it.
+    const UNLIMITED_SHIFT: u8 = u8::MAX;
+
+    /// The layout of an unlimited quota on a word of `bits`: it packs into either word, and a
+    /// bucket checks [`is_unlimited`](Self::is_unlimited) before it reads anything else of it.
+    pub(crate) const fn unlimited(bits: u32) -> Self {
+        let (modulus, quanta_spare_bits) = if bits == 32 { (1 << 32, 32) } else { (0, 0) };
+        Layout {
+            units_per_quantum: NonZeroU64::MIN,
+            units_per_token: NonZeroU64::MIN,
+            modulus,
+            // A ceiling no `n` exceeds, so that a request of any size costs its `n` units.
+            negative_from: u32::MAX as u64,
+            ceiling_units: u32::MAX as u64,
+            start_units: 0,
+            shift: Self::UNLIMITED_SHIFT,
+            fraction_bits: 0,
+            quanta_spare_bits,
+            word_bits: bits as u8,
+            exact: true,
+        }
+    }
+
+    /// Whether this is the layout of an unlimited quota, which grants everything.
+    #[inline(always)]
+    pub(crate) const fn is_unlimited(&self) -> bool {
+        self.shift == Self::UNLIMITED_SHIFT
+    }
+
+    /// [`solve`](Self::solve), and an unlimited quota's layout for an unlimited quota: for the
+    /// limiters that take one.
+    pub(crate) const fn solve_or_unlimited(
+        quota: &Quota,
+        ticks_per_second: u64,
+        bits: u32,
+    ) -> Result<Self, ConfigError> {
+        if quota.is_unlimited() {
+            Ok(Self::unlimited(bits))
+        } else {
+            Self::solve(quota, ticks_per_second, bits)
+        }
+    }
+
     /// Solves for the layout of `quota` on a clock of `ticks_per_second` in a word of `bits`
-    /// bits (32 or 64).
+    /// bits (32 or 64). An unlimited quota is [`ConfigError::UnlimitedNotTaken`].
     pub(crate) const fn solve(
         quota: &Quota,
         ticks_per_second: u64,

@@ -24,6 +24,10 @@ pub const RATE_LIMIT_POLICY: &str = "ratelimit-policy";
 /// it would find room, at least one. All seconds are rounded up: a client that waits this long
 /// is not early.
 ///
+/// An unlimited quota ([`Quota::unlimited`]) has no policy the draft can state: its
+/// `rate_limit` and `rate_limit_policy` are empty and [`pairs`](Self::pairs) leaves them out,
+/// as a server leaves them out for a client it does not limit.
+///
 /// ```
 /// use core::time::Duration;
 /// use tollgate::headers::RateLimitHeaders;
@@ -62,6 +66,13 @@ impl RateLimitHeaders {
     }
 
     fn with(quota: &Quota, retry_after_secs: Option<u64>, reset_secs: u64) -> Self {
+        if quota.is_unlimited() {
+            return Self {
+                retry_after: retry_after_secs.map(|secs| format!("{secs}")),
+                rate_limit: String::new(),
+                rate_limit_policy: String::new(),
+            };
+        }
         Self {
             retry_after: retry_after_secs.map(|secs| format!("{secs}")),
             rate_limit: format!("\"default\";r=0;t={reset_secs}"),
@@ -73,16 +84,19 @@ impl RateLimitHeaders {
         }
     }
 
-    /// `(name, value)` for each header present, names in lower case.
+    /// `(name, value)` for each header present (not empty), names in lower case.
     pub fn pairs(&self) -> impl Iterator<Item = (&'static str, &str)> {
         let retry = self
             .retry_after
             .as_deref()
             .map(|value| (RETRY_AFTER, value));
-        retry.into_iter().chain([
-            (RATE_LIMIT, self.rate_limit.as_str()),
-            (RATE_LIMIT_POLICY, self.rate_limit_policy.as_str()),
-        ])
+        retry
+            .into_iter()
+            .chain([
+                (RATE_LIMIT, self.rate_limit.as_str()),
+                (RATE_LIMIT_POLICY, self.rate_limit_policy.as_str()),
+            ])
+            .filter(|(_, value)| !value.is_empty())
     }
 }
 

@@ -144,8 +144,11 @@ pub struct KeyedLimiter<K, C, W: Word = DefaultWord, S = KeyHasher> {
     first: Solved,
     /// Picks a new key's tier.
     tier_of: Box<dyn Fn(&K) -> Tier + Send + Sync>,
-    /// The largest burst of any tier: a request above it is refused before a key is added.
+    /// The largest burst of any tier: a request above it is refused before a key is added. 0 on
+    /// an unlimited limiter, whose every request then takes that branch.
     max_burst: u64,
+    /// Whether the limiter's one quota is unlimited: it grants every request and holds no key.
+    unlimited: bool,
     clock: C,
     capacity: usize,
     max_protected: usize,
@@ -255,11 +258,16 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word, S: BuildHasher> KeyedLimiter<K, C,
         if tiers.len() > super::MAX_TIERS {
             return Err(KeyedConfigError::TierCount);
         }
-        let max_burst = tiers
-            .iter()
-            .map(|tier| tier.layout.burst())
-            .max()
-            .unwrap_or(0);
+        let unlimited = first.quota.is_unlimited();
+        let max_burst = if unlimited {
+            0
+        } else {
+            tiers
+                .iter()
+                .map(|tier| tier.layout.burst())
+                .max()
+                .unwrap_or(0)
+        };
         // The largest power of two at most `shards`, `capacity` and `MAX_SHARDS`.
         let count = 1usize << shards.clamp(1, capacity.min(MAX_SHARDS)).ilog2();
         let now = clock.now();
@@ -276,6 +284,7 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word, S: BuildHasher> KeyedLimiter<K, C,
             first,
             tier_of,
             max_burst,
+            unlimited,
             clock,
             capacity,
             max_protected: capacity - capacity / 4,
@@ -292,13 +301,18 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word, S: BuildHasher> KeyedLimiter<K, C,
     ///
     /// Never waits. `n = 0` always succeeds and adds no key; `n` above the burst of every tier
     /// is [`Denied::ExceedsCapacity`] at once, and above the key's own tier's burst before
-    /// a key is added. A denial takes nothing.
+    /// a key is added. A denial takes nothing. On an unlimited quota ([`Quota::unlimited`])
+    /// every call succeeds and no key is added.
     #[inline]
     pub fn try_acquire(&self, key: &K, n: u32) -> Result<(), KeyedDenied> {
         if n == 0 {
             return Ok(());
         }
         if u64::from(n) > self.max_burst {
+            // Where an unlimited limiter's every request comes, so the limited path pays nothing.
+            if self.unlimited {
+                return Ok(());
+            }
             return Err(KeyedDenied::Denied(Denied::ExceedsCapacity {
                 burst: self.max_burst,
             }));
@@ -355,6 +369,9 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word, S: BuildHasher> KeyedLimiter<K, C,
                 tiers: self.tiers.len(),
             });
         };
+        if self.unlimited {
+            return Ok(false);
+        }
         let hash = self.hasher.hash_one(key);
         let index = self.shard_index(hash);
         on_shards!(&self.tables, shards => {
@@ -394,8 +411,11 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word, S: BuildHasher> KeyedLimiter<K, C,
     }
 
     /// Whole tokens in `key`'s bucket now: the start fill of the tier the tier function picks
-    /// for a key not in the limiter.
+    /// for a key not in the limiter. `u64::MAX` on an unlimited quota.
     pub fn available(&self, key: &K) -> u64 {
+        if self.unlimited {
+            return u64::MAX;
+        }
         let now = self.clock.now();
         let held = self.held(key).map(|(tier, word)| {
             let tier = self.solved(tier);
@@ -536,6 +556,12 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word, S: BuildHasher> KeyedLimiter<K, C,
     /// The quota of the first tier: every key's, in a limiter of one quota.
     pub fn quota(&self) -> &Quota {
         &self.first.quota
+    }
+
+    /// Whether the limiter's quota is unlimited ([`Quota::unlimited`]): it grants every
+    /// request and holds no key. Only a limiter of one quota can be (a tier's quota is finite).
+    pub fn is_unlimited(&self) -> bool {
+        self.unlimited
     }
 
     /// The clock the limiter reads.

@@ -44,6 +44,14 @@ impl Solved {
         })
     }
 
+    /// This tier's layout under `quota`'s name: the stand-in tier of an unlimited limiter,
+    /// which reports its quota and never reads its layout.
+    #[cfg(feature = "std")]
+    pub const fn standing_in_for(mut self, quota: Quota) -> Self {
+        self.quota = quota;
+        self
+    }
+
     /// The same tier protecting returning keys for `protection_ticks` instead.
     pub const fn protecting(mut self, protection_ticks: u64) -> Self {
         self.protection_units = Self::units_of(&self.layout, protection_ticks);

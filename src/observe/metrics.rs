@@ -5,6 +5,7 @@ use core::time::Duration;
 use metrics::{counter, gauge, histogram, Counter, Gauge, Histogram, SharedString};
 
 use super::Observe;
+use crate::Quota;
 
 /// An observer that sends each event to the [`metrics`] facade, labelled `limiter = <name>`:
 ///
@@ -18,6 +19,8 @@ use super::Observe;
 /// | `tollgate_waited_tokens_total` | counter | tokens those calls got |
 /// | `tollgate_wait_seconds` | histogram | how long each of those waited |
 /// | `tollgate_waiting` | gauge | calls in a wait now |
+/// | `tollgate_quota_tokens_per_second` | gauge | the quota's rate, infinite when unlimited ([`with_quota`](Self::with_quota)) |
+/// | `tollgate_quota_burst` | gauge | the quota's burst, infinite when unlimited ([`with_quota`](Self::with_quota)) |
 ///
 /// The handles are registered when the observer is made, so make it after installing the
 /// application's recorder (an exporter): made before, it reports to nowhere.
@@ -43,6 +46,7 @@ pub struct Metrics {
     waited_tokens: Counter,
     wait_seconds: Histogram,
     waiting: Gauge,
+    labels: [(&'static str, SharedString); 1],
 }
 
 impl Metrics {
@@ -59,7 +63,34 @@ impl Metrics {
             waited_tokens: counter!("tollgate_waited_tokens_total", &labels),
             wait_seconds: histogram!("tollgate_wait_seconds", &labels),
             waiting: gauge!("tollgate_waiting", &labels),
+            labels,
         }
+    }
+
+    /// The same observer, having set the gauges of the limit's `quota`: its rate in tokens a
+    /// second and its burst, both infinite for an unlimited quota ([`Quota::unlimited`]), so
+    /// that a dashboard tells a limit turned off from one that is never reached.
+    ///
+    /// ```
+    /// use tollgate::observe::Metrics;
+    /// use tollgate::Quota;
+    ///
+    /// // tollgate_quota_tokens_per_second{limiter="exports"} inf
+    /// let metrics = Metrics::new("exports").with_quota(&Quota::unlimited());
+    /// ```
+    pub fn with_quota(self, quota: &Quota) -> Self {
+        let (rate, burst) = if quota.is_unlimited() {
+            (f64::INFINITY, f64::INFINITY)
+        } else {
+            let rate = quota.rate();
+            (
+                rate.tokens() as f64 / rate.period().as_secs_f64(),
+                quota.burst_size() as f64,
+            )
+        };
+        gauge!("tollgate_quota_tokens_per_second", &self.labels).set(rate);
+        gauge!("tollgate_quota_burst", &self.labels).set(burst);
+        self
     }
 }
 

@@ -753,6 +753,9 @@ impl<C: Clock, W: Word> Lined for TokenBucket<C, W> {
     }
     fn ticks_until_holding(&self, now_ticks: u64, units: u64) -> u64 {
         let p = self.layout();
+        if p.is_unlimited() {
+            return 0;
+        }
         let now_units = p.units_at(now_ticks);
         let word = self.cell(&p).read(now_units);
         // Within the range `take` reads: beyond the debt bound a wait is decades anyway.
@@ -764,6 +767,9 @@ impl<C: Clock, W: Word> Lined for TokenBucket<C, W> {
     }
     fn slack_ticks(&self, now_ticks: u64, units: u64) -> u64 {
         let p = self.layout();
+        if p.is_unlimited() {
+            return u64::MAX;
+        }
         p.ticks_until(now_ticks, p.burst_units().saturating_sub(units))
     }
 }

@@ -267,6 +267,8 @@ impl Answering {
         retry
             .into_iter()
             .chain(rest.filter_map(|(name, value)| Some((name?, value))))
+            // An unlimited quota's draft fields are empty: there is no policy to state.
+            .filter(|(_, value)| !value.is_empty())
     }
 }
 

@@ -165,3 +165,22 @@ fn the_metrics_facade_sees_the_same_counts() {
         assert!(page.contains(&line), "no {line:?} in:\n{page}");
     }
 }
+
+#[test]
+fn the_metrics_facade_tells_an_unlimited_quota_from_a_limited_one() {
+    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+    let page = recorder.handle();
+    metrics::with_local_recorder(&recorder, || {
+        let _off = Metrics::new("exports").with_quota(&Quota::unlimited());
+        let _on = Metrics::new("uploads").with_quota(&Quota::new(Rate::per_minute(90)).burst(5));
+    });
+    let page = page.render();
+    for line in [
+        "tollgate_quota_tokens_per_second{limiter=\"exports\"} inf\n",
+        "tollgate_quota_burst{limiter=\"exports\"} inf\n",
+        "tollgate_quota_tokens_per_second{limiter=\"uploads\"} 1.5\n",
+        "tollgate_quota_burst{limiter=\"uploads\"} 5\n",
+    ] {
+        assert!(page.contains(line), "no {line:?} in:\n{page}");
+    }
+}

@@ -11,7 +11,7 @@ use crate::clock::{duration_to_ticks_floor, Clock};
 use crate::engine::word::{DefaultWord, Word};
 use crate::keyed::solved::Solved;
 use crate::keyed::{KeyedConfigError, Tier, WhenFull, DEFAULT_PROBATION, DEFAULT_PROTECTION};
-use crate::Quota;
+use crate::{Quota, Rate};
 
 /// Builds a [`KeyedLimiter`]: from [`KeyedLimiter::builder`], then any of the settings below,
 /// then [`build`](Self::build). Unset: no capacity (an error: a limiter must say how many keys
@@ -164,12 +164,25 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word, S: BuildHasher> KeyedLimiterBuilde
         }
         let protection = duration_to_ticks_floor::<C>(self.protection);
         let probation = duration_to_ticks_floor::<C>(self.probation);
+        // An unlimited limiter (one quota, unlimited) holds no keys: its tier is a finite
+        // stand-in, never read, that keeps the limiter's shape.
+        let unlimited = matches!(&self.quotas[..], [quota] if quota.is_unlimited());
         let tiers = self
             .quotas
             .iter()
             .map(|&quota| {
-                Solved::new(quota, C::TICKS_PER_SECOND, W::BITS, protection)
-                    .map(|tier| tier.on_probation(probation))
+                let solved = if unlimited {
+                    Solved::new(
+                        Quota::new(Rate::per_second(1)),
+                        C::TICKS_PER_SECOND,
+                        W::BITS,
+                        0,
+                    )
+                    .map(|tier| tier.standing_in_for(quota))
+                } else {
+                    Solved::new(quota, C::TICKS_PER_SECOND, W::BITS, protection)
+                };
+                solved.map(|tier| tier.on_probation(probation))
             })
             .collect::<Result<Box<[Solved]>, _>>()?;
         let shards = self.shards.unwrap_or_else(|| {
