@@ -566,7 +566,11 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
     /// accrue where that is longer (see the crate docs). Decisions are exact for the clock read
     /// to this resolution. One tick on an unlimited quota.
     pub fn resolution(&self) -> Duration {
-        ticks_to_duration_ceil::<C>(self.resolution_ticks())
+        let p = self.layout();
+        if p.is_unlimited() {
+            return ticks_to_duration_ceil::<C>(1);
+        }
+        p.resolution::<C>()
     }
 
     /// [`resolution`](Self::resolution) in clock ticks.
