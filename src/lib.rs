@@ -280,6 +280,7 @@ mod bucket;
 mod clock;
 mod engine;
 mod error;
+pub mod guide;
 pub mod headers;
 #[cfg(feature = "tokio")]
 pub mod io;

@@ -73,7 +73,7 @@ impl Range {
 
 impl Rate {
     /// No limit: a [`TokenBucket`](crate::TokenBucket) or a
-    /// [`KeyedLimiter`](crate::KeyedLimiter) on a quota of this rate grants every request at
+    /// `KeyedLimiter` on a quota of this rate grants every request at
     /// once (Go's `rate.Inf`). It turns a limit off from configuration, leaving the code's shape
     /// as it is. Less a percentage or divided, it stays unlimited. The limiters that keep their
     /// state elsewhere or change their quota (Redis, `AdjustableBucket`, the no_std keyed table)

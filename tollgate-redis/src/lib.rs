@@ -91,6 +91,8 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod acl;
+#[doc = include_str!("../docs/fleets.md")]
+pub mod guide {}
 mod answers;
 mod builder;
 mod cluster;
