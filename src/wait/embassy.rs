@@ -174,6 +174,7 @@ mod keyed {
 
     use super::wait;
     use crate::wait::async_line::TakeNow;
+    use crate::wait::GiveBack;
     use crate::{Clock, Denied, KeyedDenied, KeyedTable, Word};
 
     /// One key of a table: the limit a keyed wait waits on.
@@ -196,14 +197,28 @@ mod keyed {
         }
     }
 
-    impl<K, C, const N: usize, W, const T: usize> TakeNow for Keyed<'_, K, C, N, W, T>
+    /// A keyed take holds nothing: a key's waits take when their tokens are due, never ahead
+    /// (the table has no reservations), so they are not compensated for a late timer.
+    impl<K, C, const N: usize, W, const T: usize> GiveBack for Keyed<'_, K, C, N, W, T>
     where
         K: Eq + Hash + Clone,
         C: Clock,
         W: Word,
     {
         type Cost = u32;
+        type Taken = ();
+        fn give_back(&self, (): ()) {}
+    }
+
+    impl<K, C, const N: usize, W, const T: usize> TakeNow for Keyed<'_, K, C, N, W, T>
+    where
+        K: Eq + Hash + Clone,
+        C: Clock,
+        W: Word,
+    {
+        type Clock = C;
         type Error = KeyedDenied;
+        const EXACT_ESTIMATE: bool = true;
         fn line_key(&self) -> usize {
             let mut hasher = Fnv(0xcbf2_9ce4_8422_2325);
             self.key.hash(&mut hasher);
@@ -223,17 +238,26 @@ mod keyed {
         fn take_now(&self, n: u32) -> Result<(), KeyedDenied> {
             self.table.try_acquire(self.key.clone(), n)
         }
+        fn take_ahead(&self, n: u32, _ahead: Duration) -> Result<((), Duration), KeyedDenied> {
+            // Never called: `slack_ticks` says a late take loses nothing.
+            self.take_now(n).map(|()| ((), Duration::ZERO))
+        }
         fn due_in(denied: &KeyedDenied) -> Option<Duration> {
             match denied {
                 KeyedDenied::Denied(Denied::Insufficient { retry_after }) => Some(*retry_after),
                 _ => None,
             }
         }
+        fn due_after(&self, after: u64, n: u32) -> Option<u64> {
+            let p = self.table.layout_of(&self.key);
+            let units = p.cost(n).ok()?;
+            Some(after.wrapping_add(p.ticks_until(after, units)))
+        }
+        fn slack_ticks(&self, _now: u64, _n: u32) -> u64 {
+            u64::MAX
+        }
         fn now_ticks(&self) -> u64 {
             self.table.clock().now()
-        }
-        fn ticks_to_duration(&self, ticks: u64) -> Duration {
-            crate::clock::ticks_to_duration_ceil::<C>(ticks)
         }
     }
 
