@@ -458,3 +458,202 @@ fn a_keyed_tables_waits_line_up_per_key_and_a_full_table_fails_at_once() {
     );
     assert_eq!(waiters_in_line(), 0);
 }
+
+#[test]
+fn waiters_of_unequal_costs_each_wake_once_and_are_served_when_their_tokens_accrue() {
+    let _serial = serial();
+    // 10 a second, burst 3, from empty: costs 1, 3, 2, 1, 3 fall due at 100, 400, 600, 700
+    // and 1 000 ms. Time moves in 10 ms steps, so a waiter polled for anything but its own
+    // timer at its instant would show up in its count.
+    let gate = bucket(10, 3);
+    let served = Mutex::new(Vec::new());
+    let mut ex = Executor::new();
+    let costs = [1u32, 3, 2, 1, 3];
+    for (name, &cost) in costs.iter().enumerate() {
+        let (gate, served) = (&gate, &served);
+        ex.spawn(async move {
+            EmbassyWait::acquire(gate, cost).await.unwrap();
+            served.lock().unwrap().push((name, now()));
+        });
+    }
+    ex.run();
+    for _ in 0..110 {
+        advance(Duration::from_millis(10));
+        ex.run();
+    }
+    let ms = Duration::from_millis;
+    assert_eq!(
+        *served.lock().unwrap(),
+        [
+            (0, ms(100)),
+            (1, ms(400)),
+            (2, ms(600)),
+            (3, ms(700)),
+            (4, ms(1_000))
+        ]
+    );
+    for i in 0..costs.len() {
+        assert_eq!(ex.polls(i), 2, "waiter {i}");
+    }
+    assert_eq!(waiters_in_line(), 0);
+}
+
+#[test]
+fn a_waiter_behind_one_that_gave_up_is_woken_early_and_served_on_time() {
+    let _serial = serial();
+    // 10 a second, burst 1: the second of three gives up at 50 ms, so the third's estimate
+    // (300 ms) is a token too late. It is woken as the first leaves and served at 200 ms.
+    let gate = bucket(10, 1);
+    let served = Mutex::new(Vec::new());
+    let mut ex = Executor::new();
+    for name in 0..3 {
+        let (gate, served) = (&gate, &served);
+        ex.spawn(async move {
+            EmbassyWait::acquire(gate, 1).await.unwrap();
+            served.lock().unwrap().push((name, now()));
+        });
+    }
+    ex.run();
+    advance(Duration::from_millis(50));
+    ex.cancel(1);
+    ex.run();
+    for _ in 0..30 {
+        advance(Duration::from_millis(10));
+        ex.run();
+    }
+    let ms = Duration::from_millis;
+    assert_eq!(*served.lock().unwrap(), [(0, ms(100)), (2, ms(200))]);
+    // The first: one wake. The third: woken as the first left, then its timer for its token.
+    assert_eq!(ex.polls(0), 2);
+    assert_eq!(ex.polls(2), 3);
+}
+
+#[test]
+fn waiters_past_the_lines_bound_never_take_before_those_in_line() {
+    let _serial = serial();
+    // 100 a second, burst 2, from empty. The line's places wait for two tokens each; the
+    // callers outside it want one, which accrues first: they still wait until nobody is in
+    // line, and a caller arriving later finds its place behind everyone there.
+    let gate = bucket(100, 2);
+    let extra = 4;
+    let served = Mutex::new(Vec::new());
+    let mut ex = Executor::new();
+    for name in 0..LINE_CAPACITY + extra {
+        let (gate, served) = (&gate, &served);
+        let cost = if name < LINE_CAPACITY { 2 } else { 1 };
+        ex.spawn(async move {
+            EmbassyWait::acquire(gate, cost).await.unwrap();
+            served.lock().unwrap().push((name, now()));
+        });
+    }
+    ex.run();
+    assert_eq!(waiters_in_line(), LINE_CAPACITY);
+    let mut steps = 0;
+    while served.lock().unwrap().len() < LINE_CAPACITY + extra {
+        advance(Duration::from_millis(1));
+        ex.run();
+        steps += 1;
+        assert!(steps <= 1_000, "stuck: {:?}", served.lock().unwrap());
+    }
+    let served = served.lock().unwrap();
+    let order: Vec<usize> = served.iter().map(|&(name, _)| name).collect();
+    // Everyone in line first, in arrival order; then those who waited outside.
+    assert_eq!(
+        order[..LINE_CAPACITY],
+        (0..LINE_CAPACITY).collect::<Vec<_>>()[..]
+    );
+    // Never more than the rate: 2 tokens per 20 ms for the line, then one per 10 ms.
+    for (k, &(name, at)) in served.iter().enumerate() {
+        let tokens: u64 = served[..=k]
+            .iter()
+            .map(|&(n, _)| if n < LINE_CAPACITY { 2 } else { 1 })
+            .sum();
+        assert!(
+            tokens as u128 * 10 <= at.as_millis(),
+            "{name} served at {at:?} with {tokens} tokens granted"
+        );
+    }
+    assert_eq!(waiters_in_line(), 0);
+}
+
+/// One caller at a time taking `n` tokens from `gate` for `seconds` on the mock driver, whose
+/// timers fire only as time moves in steps of 1 ms from an offset of 0.9 ms: every wake
+/// 0.9 ms late, as on a driver that checks its queue on a 1 ms tick. Returns the grants
+/// per second over the rate.
+fn rate_on_a_late_timer(gate: &TokenBucket<EmbassyClock>, per_second: u64, seconds: u64) -> f64 {
+    let granted = AtomicUsize::new(0);
+    let mut ex = Executor::new();
+    let g = &granted;
+    advance(Duration::from_micros(900));
+    let start = now();
+    ex.spawn(async move {
+        loop {
+            EmbassyWait::acquire(gate, 1).await.unwrap();
+            g.fetch_add(1, Ordering::Relaxed);
+        }
+    });
+    ex.run();
+    for _ in 0..seconds * 1_000 {
+        advance(Duration::from_millis(1));
+        ex.run();
+    }
+    let elapsed = (now() - start).as_secs_f64();
+    granted.load(Ordering::Relaxed) as f64 / (per_second as f64 * elapsed)
+}
+
+#[test]
+fn a_burst_of_one_keeps_the_rate_on_a_timer_that_wakes_late() {
+    let _serial = serial();
+    // 100 a second, burst 1 (no room for a late wake), from empty, tokens every 10 ms from
+    // 0.9 ms: each timer fires 0.9 ms late. A take when woken would lose that lateness on
+    // every token; the head takes ahead by the lateness the line has seen instead.
+    let gate = bucket(100, 1);
+    let rate = rate_on_a_late_timer(&gate, 100, 10);
+    let late = tollgate::wait::timer_lateness();
+    println!("burst 1 at 100/s on a 1 ms tick: {rate:.4} of the rate; lateness seen {late:?}");
+    assert!(rate >= 0.99, "{rate:.4} of the rate");
+    assert!(late <= Duration::from_millis(1), "{late:?}");
+}
+
+/// An async delay on a manual clock that overshoots to the next whole millisecond, plus 0.3:
+/// a HAL timer on a 1 ms tick.
+struct Coarse<'a>(&'a ManualClock);
+impl embedded_hal_async::delay::DelayNs for Coarse<'_> {
+    async fn delay_ns(&mut self, ns: u32) {
+        let at = self.0.now() + u64::from(ns);
+        let ms = 1_000_000;
+        let late_at = at.div_ceil(ms) * ms + 300_000;
+        self.0.set(late_at);
+    }
+}
+use tollgate::Clock as _;
+
+#[test]
+fn the_delay_ns_wait_keeps_the_rate_at_a_burst_of_one_on_a_late_delay() {
+    let _serial = serial();
+    let clock = ManualClock::new();
+    let gate = TokenBucket::try_new(
+        Quota::new(Rate::per_second(100)).burst(1).start_empty(),
+        &clock,
+    )
+    .unwrap();
+    let granted = AtomicUsize::new(0);
+    let mut ex = Executor::new();
+    let (g, n, c) = (&gate, &granted, &clock);
+    let seconds = 10;
+    ex.spawn(async move {
+        let mut delay = Coarse(c);
+        while c.now() < seconds * 1_000_000_000 {
+            g.acquire_with_async_delay(1, &mut delay).await.unwrap();
+            n.fetch_add(1, Ordering::Relaxed);
+        }
+    });
+    ex.run();
+    let elapsed = clock.now() as f64 / 1e9;
+    let rate = granted.load(Ordering::Relaxed) as f64 / (100.0 * elapsed);
+    println!(
+        "acquire_with_async_delay, burst 1 at 100/s, a delay late to the ms: {rate:.4} of the rate"
+    );
+    assert!(rate >= 0.99, "{rate:.4} of the rate");
+    assert!(granted.load(Ordering::Relaxed) as f64 <= 1.0 + 100.0 * elapsed);
+}
