@@ -576,15 +576,14 @@ fn waiters_past_the_lines_bound_never_take_before_those_in_line() {
     assert_eq!(waiters_in_line(), 0);
 }
 
-/// One caller at a time taking `n` tokens from `gate` for `seconds` on the mock driver, whose
-/// timers fire only as time moves in steps of 1 ms from an offset of 0.9 ms: every wake
-/// 0.9 ms late, as on a driver that checks its queue on a 1 ms tick. Returns the grants
+/// One caller at a time taking a token from `gate` for `seconds` on the mock driver, whose
+/// timers fire only as time moves, here in steps of 1 ms, as on a driver that checks its queue
+/// on a 1 ms tick: a wake for an instant between two ticks comes at the next. Returns the grants
 /// per second over the rate.
 fn rate_on_a_late_timer(gate: &TokenBucket<EmbassyClock>, per_second: u64, seconds: u64) -> f64 {
     let granted = AtomicUsize::new(0);
     let mut ex = Executor::new();
     let g = &granted;
-    advance(Duration::from_micros(900));
     let start = now();
     ex.spawn(async move {
         loop {
@@ -604,13 +603,13 @@ fn rate_on_a_late_timer(gate: &TokenBucket<EmbassyClock>, per_second: u64, secon
 #[test]
 fn a_burst_of_one_keeps_the_rate_on_a_timer_that_wakes_late() {
     let _serial = serial();
-    // 100 a second, burst 1 (no room for a late wake), from empty, tokens every 10 ms from
-    // 0.9 ms: each timer fires 0.9 ms late. A take when woken would lose that lateness on
-    // every token; the head takes ahead by the lateness the line has seen instead.
-    let gate = bucket(100, 1);
-    let rate = rate_on_a_late_timer(&gate, 100, 10);
+    // 300 a second, burst 1 (no room for a late wake), from empty: a token every 3.33 ms, and
+    // each wake for one up to 1 ms late. A take when woken would lose that lateness on every
+    // token; the head takes ahead by the lateness the line has seen instead.
+    let gate = bucket(300, 1);
+    let rate = rate_on_a_late_timer(&gate, 300, 10);
     let late = tollgate::wait::timer_lateness();
-    println!("burst 1 at 100/s on a 1 ms tick: {rate:.4} of the rate; lateness seen {late:?}");
+    println!("burst 1 at 300/s on a 1 ms tick: {rate:.4} of the rate; lateness seen {late:?}");
     assert!(rate >= 0.99, "{rate:.4} of the rate");
     assert!(late <= Duration::from_millis(1), "{late:?}");
 }
