@@ -31,34 +31,50 @@ use crate::{Clock, Denied, EmbassyClock, Limits, TokenBucket, Word};
 ///
 /// The rules are the tokio waits':
 ///
-/// - **Arrival order.** Waiters of one limit line up; only the head takes, when its tokens are
-///   due, through the limit's own `try_acquire`. The others are parked and woken once, by the
-///   head that leaves before them; the head then sleeps once, until its tokens are due (the
-///   tokio waits sleep until an estimate instead and so may wake only once in all; here a
-///   waiter behind others wakes twice: for its turn and for its tokens).
-/// - **A request above the burst fails at once** with [`Denied::ExceedsCapacity`].
+/// - **Arrival order.** A caller that finds nobody waiting on its limit takes at once if its
+///   tokens are there; one that finds anyone waiting joins the back of the line and never
+///   takes before them. Only the head takes, when its tokens are due, through the limit's own
+///   take. (`try_acquire` is not a wait: an interrupt handler's `try_acquire` still takes
+///   whatever the bucket holds, ahead of the line.)
+/// - **One wake per waiter.** Each waiter sleeps on its own timer until its *estimate*: when
+///   the limit will hold the tokens of everyone ahead and its own. Without give-ups it then
+///   heads the line with its tokens due, and takes. A waiter that gives up makes the estimates
+///   behind it too late: the head that leaves before the next of them wakes it, and it sleeps
+///   once more, until its tokens. (A [`Limits`] waiter behind others has no exact estimate,
+///   since the line keeps no count per bucket: the head before it wakes it, and it sleeps once
+///   more. A `try_acquire` from elsewhere that takes the head's tokens costs it a wake too.)
+/// - **A request above the burst fails at once** with [`Denied::ExceedsCapacity`], and a
+///   request whose estimate is past its timeout fails as it arrives.
 /// - **Giving up is free.** Nothing is taken before the caller acts, so a dropped future or a
 ///   timeout leaves the limit as if it had never queued, whatever waits behind it: under
 ///   overload with callers that give up, goodput stays at the rate.
 /// - **Nothing is held across an `.await`** that an interrupt handler needs: the line is
 ///   guarded by a critical section (the `critical-section` crate, which the firmware provides)
-///   held for one scan of its places; the limit itself is the lock-free word, so an interrupt
-///   handler's `try_acquire` on the same bucket never waits for a task.
+///   held for one look at its places (and the head's take: one compare-exchange); the limit
+///   itself is the lock-free word, so an interrupt handler's `try_acquire` on the same bucket
+///   never waits for a task.
 ///
-/// **A late timer.** The head takes when its timer wakes it, and embassy-time's queue wakes at
-/// the driver's alarm: a driver that checks its queue on a periodic tick wakes up to a tick
-/// late. While the bucket is full the tokens that accrue are capped away, so a burst with no
-/// room beyond the waiter's tokens loses that lateness on each token (at 100/s, burst 1, on a
-/// 1 ms tick: measured 0.935 of the rate under overload in `examples/firmware`; burst 2: the
-/// whole rate). Give the bucket a burst of at least `n + rate × lateness`. (The tokio waits
-/// take ahead of the instant by the timer's lateness instead; these do not, since the
-/// lateness is the driver's.)
+/// **A late timer.** embassy-time's queue wakes a task at the driver's alarm, and a driver
+/// that checks its queue on a periodic tick wakes up to a tick late; the executor may poll the
+/// task later still. A bucket that is full while its waiter oversleeps caps away what accrues
+/// meanwhile, so a burst with no room beyond the waiter's tokens would lose that lateness on
+/// every token (at 100/s, burst 1, on a 1 ms tick: 0.935 of the rate). The line learns how
+/// late its timers wake (the largest lateness seen, [`timer_lateness`](crate::wait::timer_lateness)),
+/// and where the burst has no room for it beyond the waiter's tokens, the head takes its tokens
+/// that far ahead of their instant (a reservation, given back if the future is dropped before
+/// the instant) and sleeps to the instant holding them: a late timer delays the caller, never
+/// the bucket's schedule, and a burst of one gets the whole rate. Such a head wakes twice: to
+/// take ahead, and at the instant. The first late wake teaches the line; the tokens it loses
+/// are lost once. A keyed table's waits have no reservation to take ahead with: give its
+/// quotas a burst of at least `n + rate × lateness`.
 ///
 /// **The line's bound.** The line has [`LINE_CAPACITY`](crate::wait::LINE_CAPACITY) places,
 /// shared by every limit's waiters, in one `static` (a few hundred bytes of RAM). A waiter that
-/// finds them all taken waits outside the line: it sleeps until its tokens are due and tries,
-/// taking nothing before it acts (so giving up stays free), but it is not ordered: it may take
-/// the tokens that the head of a line is waiting for, delaying that head by one turn.
+/// finds them all taken waits outside the line: it sleeps until its estimate and tries again to
+/// join the line or, once nobody waits in its limit's line, to take. It takes nothing before it
+/// acts (so giving up stays free) and never takes before anyone in the line, but it is not
+/// ordered among those outside, nor against a caller who arrives as a place frees up, and it
+/// may wake more than once.
 ///
 /// `TokenBucket` and [`Limits`] have these waits, and `KeyedTable` has them per key
 /// (`KeyedTable::acquire(key, n)`, feature `keyed-table`). On a build that also enables `tokio`, the
@@ -73,9 +89,10 @@ pub trait EmbassyWait {
     fn acquire(&self, cost: Self::Cost) -> impl Future<Output = Result<Duration, Denied>> + '_;
 
     /// As [`acquire`](Self::acquire), giving up after `timeout`: a wait that would outlast it
-    /// fails as soon as it heads the line, with [`Denied::Insufficient`] whose `retry_after` is
-    /// the time beyond the timeout its tokens need; one that runs out of time behind others
-    /// fails then, with a `retry_after` of zero. Either way nothing was taken.
+    /// fails as soon as that is known (as it arrives, from its estimate, or as it heads the
+    /// line), with [`Denied::Insufficient`] whose `retry_after` is the time beyond the timeout
+    /// its tokens need; one that runs out of time behind others (someone ahead was slower than
+    /// estimated) fails then, with a `retry_after` of zero. Either way nothing was taken.
     fn acquire_timeout(
         &self,
         cost: Self::Cost,
