@@ -178,13 +178,14 @@ fn look<L: TakeNow>(
         None => !line.has(key),
     };
     if heads {
-        // A take ahead never reaches past the deadline: the tokens it takes fall due by then.
+        // A take ahead never reaches past the deadline: the tokens it takes fall due by then
+        // (to the clock's tick: `take_ahead` reads `ahead` back in whole ticks).
         let ahead = early.min(left.unwrap_or(u64::MAX));
         let taken = if ahead == 0 {
             limit.take_now(cost).map(|()| None)
         } else {
             limit
-                .take_ahead(cost, ticks_to_duration_floor::<L::Clock>(ahead))
+                .take_ahead(cost, ticks_to_duration_ceil::<L::Clock>(ahead))
                 .map(Some)
         };
         let denied = match taken {
@@ -303,15 +304,6 @@ fn learn_lateness<L: TakeNow>(limit: &L, at: u64) {
         let nanos = ticks_to_duration_ceil::<L::Clock>(late).as_nanos();
         line::with(|line| line.learn_lateness(u32::try_from(nanos).unwrap_or(u32::MAX)));
     }
-}
-
-/// The whole nanoseconds of `ticks`, rounded down: how far ahead a take may come, which must
-/// not reach past what the ticks allow.
-fn ticks_to_duration_floor<C: Clock>(ticks: u64) -> Duration {
-    let per_second = u128::from(C::TICKS_PER_SECOND.max(1));
-    let nanos = u128::from(ticks) * 1_000_000_000 / per_second;
-    let secs = u64::try_from(nanos / 1_000_000_000).unwrap_or(u64::MAX);
-    Duration::new(secs, (nanos % 1_000_000_000) as u32)
 }
 
 /// Whether `turn` came before `sleep` ended (both polled, the turn first).
