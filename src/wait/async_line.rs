@@ -26,11 +26,10 @@ pub(crate) trait TakeNow: GiveBack {
     fn line_key(&self) -> usize;
     /// An error when the cost can never be granted (above a burst): checked before joining.
     fn fits(&self, cost: Self::Cost) -> Result<(), Self::Error>;
-    /// Takes `cost` now, or says why not; a denial takes nothing.
-    fn take_now(&self, cost: Self::Cost) -> Result<(), Self::Error>;
-    /// Takes `cost` now if it falls due within `ahead`, with how long until it is due; else
-    /// says how long until the same call would succeed. A denial takes nothing. Called only
-    /// where [`slack_ticks`](Self::slack_ticks) is below the timers' lateness.
+    /// Takes `cost` now if it falls due within `ahead` (zero: if it is there now), with how
+    /// long until it is due; else says how long until the same call would succeed. A denial
+    /// takes nothing. `ahead` is zero unless [`slack_ticks`](Self::slack_ticks) is below the
+    /// timers' lateness.
     fn take_ahead(
         &self,
         cost: Self::Cost,
@@ -153,7 +152,9 @@ pub(crate) async fn wait_in_line<L: TakeNow, S: Sleeper>(
 
 /// One look at the line, in its critical section: take if this caller heads its limit's line
 /// (or nobody waits in it) and its tokens are due; else join, or say how long to sleep.
-/// `wake`: the waiter to wake once the critical section ends.
+/// `wake`: the waiter to wake once the critical section ends. Out of line: the wait's future
+/// holds a call to it rather than its body.
+#[inline(never)]
 fn look<L: TakeNow>(
     limit: &L,
     cost: L::Cost,
@@ -181,13 +182,11 @@ fn look<L: TakeNow>(
         // A take ahead never reaches past the deadline: the tokens it takes fall due by then
         // (to the clock's tick: `take_ahead` reads `ahead` back in whole ticks).
         let ahead = early.min(left.unwrap_or(u64::MAX));
-        let taken = if ahead == 0 {
-            limit.take_now(cost).map(|()| None)
-        } else {
-            limit
-                .take_ahead(cost, ticks_to_duration_ceil::<L::Clock>(ahead))
-                .map(Some)
-        };
+        // One take for both (a take ahead by nothing takes what is there now): the wait's code
+        // holds one copy of the limit's take.
+        let taken = limit
+            .take_ahead(cost, ticks_to_duration_ceil::<L::Clock>(ahead))
+            .map(Some);
         let denied = match taken {
             Ok(taken) => {
                 *wake = place.take().and_then(|at| line.leave(at, true));
@@ -359,9 +358,6 @@ impl<C: Clock, W: Word> TakeNow for TokenBucket<C, W> {
     fn fits(&self, n: u32) -> Result<(), Denied> {
         self.within_burst(n)
     }
-    fn take_now(&self, n: u32) -> Result<(), Denied> {
-        self.try_acquire(n)
-    }
     fn take_ahead(&self, n: u32, ahead: Duration) -> Result<(Self::Taken, Duration), Denied> {
         self.reserve(n, ahead).map(|taken| {
             let due_in = taken.wait();
@@ -398,9 +394,6 @@ impl<C: Clock, const N: usize, W: Word> TakeNow for Limits<'_, C, N, W> {
             bucket.within_burst(cost)?;
         }
         Ok(())
-    }
-    fn take_now(&self, costs: [u32; N]) -> Result<(), Denied> {
-        self.try_acquire(costs)
     }
     fn take_ahead(
         &self,
