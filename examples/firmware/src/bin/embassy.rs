@@ -10,9 +10,11 @@
 //! 3. three tasks waiting on one bucket while the SysTick handler takes from it too, and each
 //!    task waiting on its own id in a keyed table the handler takes from as well: the grants
 //!    against `burst + rate × elapsed`, for the bucket and for each id;
-//! 4. one task at 100/s with a burst of one, on a driver whose timers wake up to a tick late:
+//! 4. five waiters on one bucket, each polled twice in its wait (as it arrives, and at its
+//!    estimate, when its token is due), served in arrival order;
+//! 5. one task at 100/s with a burst of one, on a driver whose timers wake up to a tick late:
 //!    the rate against `rate × elapsed`;
-//! 5. twice the rate asked by callers who give up after 30 ms: goodput stays at the rate.
+//! 6. twice the rate asked by callers who give up after 30 ms: goodput stays at the rate.
 //!
 //! Run with `cargo run --release --features embassy --bin tollgate-embassy --target
 //! thumbv7m-none-eabi` (or thumbv7em-none-eabihf) from this directory.
@@ -125,6 +127,7 @@ async fn main(spawner: Spawner) {
     let mut passed = twelve_requests().await;
     passed &= given_up(&spawner).await;
     passed &= contention(&spawner).await;
+    passed &= one_wake_each(&spawner).await;
     passed &= burst_of_one().await;
     passed &= overload(&spawner).await;
     finish(passed);
@@ -384,6 +387,82 @@ async fn contention(spawner: &Spawner) -> bool {
     let all = ok && keys_ok;
     hprintln!("contention: {}", verdict(all));
     all
+}
+
+/// Wakes: 20 a second, burst 2, from empty. The burst has room for a late timer beyond one
+/// token, so the head takes when woken (no take ahead), and each waiter should wake once.
+static WAKES: TokenBucket<EmbassyClock> = TokenBucket::new(
+    Quota::new(Rate::per_second(20)).burst(2).start_empty(),
+    EmbassyClock,
+);
+const WAKERS: usize = 5;
+/// Each waiter's polls inside its wait, and when it was served (µs since the scenario began).
+static WAKE_POLLS: [AtomicU32; WAKERS] = [const { AtomicU32::new(0) }; WAKERS];
+static WAKE_AT_US: [AtomicU32; WAKERS] = [const { AtomicU32::new(0) }; WAKERS];
+static WAKE_ORDER: AtomicU32 = AtomicU32::new(0);
+static WAKE_RANK: [AtomicU32; WAKERS] = [const { AtomicU32::new(0) }; WAKERS];
+
+/// `future`, counting each poll in `polls`.
+async fn counted<F: core::future::Future>(future: F, polls: &AtomicU32) -> F::Output {
+    let mut future = core::pin::pin!(future);
+    core::future::poll_fn(|cx| {
+        polls.fetch_add(1, Relaxed);
+        future.as_mut().poll(cx)
+    })
+    .await
+}
+
+#[embassy_executor::task(pool_size = 5)]
+async fn counted_waiter(id: usize, start: Instant) {
+    Timer::at(start + Duration::from_millis(id as u64)).await;
+    let _ = counted(EmbassyWait::acquire(&WAKES, 1), &WAKE_POLLS[id]).await;
+    WAKE_AT_US[id].store((Instant::now() - start).as_micros() as u32, Relaxed);
+    WAKE_RANK[id].store(WAKE_ORDER.fetch_add(1, Relaxed), Relaxed);
+}
+
+/// Five waiters a millisecond apart on 20/s from empty: each is served in arrival order, a
+/// token (50 ms) after the one before, and is polled twice in its wait: as it arrives, and
+/// when its own timer fires at its estimate, when it heads the line with its token due.
+async fn one_wake_each(spawner: &Spawner) -> bool {
+    hprintln!();
+    hprintln!(
+        "== One wake per waiter: {} waiters, {}",
+        WAKERS,
+        WAKES.quota()
+    );
+    WAKES.touch();
+    let start = Instant::now() + Duration::from_millis(1);
+    for id in 0..WAKERS {
+        spawner.spawn(counted_waiter(id, start).unwrap());
+    }
+    Timer::at(start + Duration::from_millis(50 * WAKERS as u64 + 20)).await;
+    let mut ok = true;
+    let first_us = WAKE_AT_US[0].load(Relaxed);
+    for id in 0..WAKERS {
+        let polls = WAKE_POLLS[id].load(Relaxed);
+        let at_us = WAKE_AT_US[id].load(Relaxed);
+        let rank = WAKE_RANK[id].load(Relaxed) as usize;
+        // The first's token 50 ms after the touch, a millisecond before the scenario began,
+        // served within the few milliseconds a timer and the executor add; each other's 50 ms
+        // after the one before, on the bucket's schedule (within a late timer's 2 ms).
+        let (due_us, slack_us) = if id == 0 {
+            (49_000, 5_000)
+        } else {
+            (first_us + 50_000 * id as u32, 2_000)
+        };
+        let this = polls == 2 && rank == id && at_us >= due_us && at_us <= due_us + slack_us;
+        ok &= this;
+        hprintln!(
+            "waiter {}: served {} at {} us, polled {} times: {}",
+            id + 1,
+            rank + 1,
+            at_us,
+            polls,
+            verdict(this)
+        );
+    }
+    hprintln!("one wake per waiter: {}", verdict(ok));
+    ok
 }
 
 const ONE_MS: u64 = 2_000;
