@@ -445,12 +445,13 @@ async fn one_wake_each(spawner: &Spawner) -> bool {
         // The first's token 50 ms after the touch, a millisecond before the scenario began,
         // served within the few milliseconds a timer and the executor add; each other's 50 ms
         // after the one before, on the bucket's schedule (within a late timer's 2 ms).
-        let (due_us, slack_us) = if id == 0 {
-            (49_000, 5_000)
+        let (due_us, early_us, late_us) = if id == 0 {
+            (49_000, 0, 5_000)
         } else {
-            (first_us + 50_000 * id as u32, 2_000)
+            (first_us + 50_000 * id as u32, 2_000, 2_000)
         };
-        let this = polls == 2 && rank == id && at_us >= due_us && at_us <= due_us + slack_us;
+        let on_time = at_us + early_us >= due_us && at_us <= due_us + late_us;
+        let this = polls == 2 && rank == id && on_time;
         ok &= this;
         hprintln!(
             "waiter {}: served {} at {} us, polled {} times: {}",
