@@ -12,7 +12,7 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
     /// Takes `n` tokens, waiting in line and then sleeping on `delay` until they have accrued;
     /// returns the time waited on the bucket's clock.
     ///
-    /// The rules of [`EmbassyWait`](crate::wait::EmbassyWait)'s waits, over the async `delay`
+    /// The rules of `EmbassyWait`'s waits (feature `embassy-time`), over the async `delay`
     /// the firmware's HAL provides: arrival order among the waiters of the bucket (a caller
     /// finding anyone waiting never takes before them), one sleep for each waiter until its
     /// estimate, nothing taken before the caller acts (so a dropped future leaves the bucket as
@@ -42,7 +42,7 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
     }
 
     /// As [`acquire_with_async_delay`](Self::acquire_with_async_delay), giving up after
-    /// `timeout` as [`EmbassyWait::acquire_timeout`](crate::wait::EmbassyWait::acquire_timeout)
+    /// `timeout` as `EmbassyWait::acquire_timeout`
     /// does: having taken nothing.
     pub async fn acquire_timeout_with_async_delay<D: DelayNs>(
         &self,
