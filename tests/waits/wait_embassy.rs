@@ -656,3 +656,102 @@ fn the_delay_ns_wait_keeps_the_rate_at_a_burst_of_one_on_a_late_delay() {
     assert!(rate >= 0.99, "{rate:.4} of the rate");
     assert!(granted.load(Ordering::Relaxed) as f64 <= 1.0 + 100.0 * elapsed);
 }
+
+#[test]
+fn random_arrivals_costs_timeouts_and_drops_never_overtake_a_waiter_or_mint() {
+    let _serial = serial();
+    // A line kept below its capacity, so every waiter is in it: callers arrive at random
+    // instants with random costs, some waiting as long as it takes, some with a timeout, some
+    // dropped at a random instant. Whatever happens, a caller is never served while one who
+    // arrived before it still waits, the grants stay within burst + rate x elapsed, and every
+    // caller's wait ends.
+    for seed in 1..=8u64 {
+        MockDriver::get().reset();
+        let mut rng = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        let mut next = move |n: u64| {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng % n
+        };
+        let (rate, burst) = (50, 1 + next(4));
+        let gate = TokenBucket::try_new(
+            Quota::new(Rate::per_second(rate)).burst(burst),
+            EmbassyClock,
+        )
+        .unwrap();
+        let finished = AtomicUsize::new(0);
+        // (arrival index, completion sequence, served, tokens)
+        let log = Mutex::new(Vec::new());
+        let mut ex = Executor::new();
+        let mut drops = Vec::new();
+        let mut steps = 0;
+        let callers = 120;
+        while ex.tasks.len() < callers || finished.load(Ordering::Relaxed) < callers {
+            let pending = ex.tasks.len() - finished.load(Ordering::Relaxed);
+            if ex.tasks.len() < callers && pending < LINE_CAPACITY - 4 && next(3) == 0 {
+                let name = ex.tasks.len();
+                let cost = 1 + next(burst) as u32;
+                let patience = match next(3) {
+                    0 => None,
+                    _ => Some(Duration::from_millis(5 + next(200))),
+                };
+                if next(5) == 0 {
+                    drops.push((name, now() + Duration::from_millis(next(150))));
+                }
+                let (gate, log, finished) = (&gate, &log, &finished);
+                ex.spawn(async move {
+                    let result = match patience {
+                        None => EmbassyWait::acquire(gate, cost).await,
+                        Some(t) => EmbassyWait::acquire_timeout(gate, cost, t).await,
+                    };
+                    let mut log = log.lock().unwrap();
+                    let seq = log.len();
+                    log.push((name, seq, result.is_ok(), cost, now()));
+                    finished.fetch_add(1, Ordering::Relaxed);
+                });
+            }
+            ex.run();
+            for &(name, at) in &drops {
+                if at <= now() && !ex.done(name) {
+                    ex.cancel(name);
+                    let mut log = log.lock().unwrap();
+                    let seq = log.len();
+                    log.push((name, seq, false, 0, now()));
+                    finished.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            advance(Duration::from_micros(100 + next(3_000)));
+            ex.run();
+            steps += 1;
+            assert!(steps < 200_000, "seed {seed}: stuck");
+        }
+        let log = log.lock().unwrap();
+        let done_at: Vec<usize> = {
+            let mut at = vec![usize::MAX; callers];
+            for &(name, seq, ..) in log.iter() {
+                at[name] = at[name].min(seq);
+            }
+            at
+        };
+        let mut granted = 0u64;
+        for &(name, seq, served, cost, at) in log.iter() {
+            if !served {
+                continue;
+            }
+            for earlier in 0..name {
+                assert!(
+                    done_at[earlier] < seq,
+                    "seed {seed}: {name} served at {at:?} while {earlier} still waited"
+                );
+            }
+            granted += u64::from(cost);
+            let bound = burst as f64 + rate as f64 * at.as_secs_f64();
+            assert!(
+                granted as f64 <= bound + 1e-9,
+                "seed {seed}: {granted} > {bound}"
+            );
+        }
+        assert_eq!(waiters_in_line(), 0, "seed {seed}");
+    }
+}
