@@ -58,18 +58,19 @@ use crate::{Clock, Denied, EmbassyClock, Limits, TokenBucket, Word};
 /// that checks its queue on a periodic tick wakes up to a tick late; the executor may poll the
 /// task later still. A bucket that is full while its waiter oversleeps caps away what accrues
 /// meanwhile, so a burst with no room beyond the waiter's tokens would lose that lateness on
-/// every token (at 100/s, burst 1, on a 1 ms tick: 0.935 of the rate). The line learns how
-/// late its timers wake (the largest lateness seen, [`timer_lateness`](crate::wait::timer_lateness)),
-/// and where the burst has no room for it beyond the waiter's tokens, the head takes its tokens
-/// that far ahead of their instant (a reservation, given back if the future is dropped before
-/// the instant) and sleeps to the instant holding them: a late timer delays the caller, never
-/// the bucket's schedule, and a burst of one gets the whole rate. Such a head wakes twice: to
-/// take ahead, and at the instant. The first late wake teaches the line; the tokens it loses
-/// are lost once. A keyed table's waits have no reservation to take ahead with: give its
-/// quotas a burst of at least `n + rate × lateness`.
+/// every token. The line learns how late its timers wake (the largest lateness seen,
+/// [`timer_lateness`](crate::wait::timer_lateness)), and where the burst has no room for it
+/// beyond the waiter's tokens, the head takes its tokens that far ahead of their instant (a
+/// reservation, given back by the refund rule if the future is dropped before it acts) and
+/// sleeps to the instant holding them: a late timer delays the caller, never the bucket's
+/// schedule, and a burst of one gets the whole rate. Such a head wakes twice: to take ahead,
+/// and at the instant. The first late wake teaches the line; what it loses is lost once. A
+/// burst with room for the lateness needs none of this: its head takes when woken, and wakes
+/// once. A keyed table's waits have no reservation to take ahead with: give its quotas a
+/// burst of at least `n + rate × lateness`.
 ///
 /// **The line's bound.** The line has [`LINE_CAPACITY`](crate::wait::LINE_CAPACITY) places,
-/// shared by every limit's waiters, in one `static` (a few hundred bytes of RAM). A waiter that
+/// shared by every limit's waiters, in one `static` (32 bytes a place on a 32-bit target). A waiter that
 /// finds them all taken waits outside the line: it sleeps until its estimate and tries again to
 /// join the line or, once nobody waits in its limit's line, to take. It takes nothing before it
 /// acts (so giving up stays free) and never takes before anyone in the line, but it is not

@@ -171,11 +171,10 @@ impl Line {
     }
 
     /// A timer woke its waiter `nanos` after the instant asked for: the largest such lateness
-    /// is kept. Never forgotten: a lateness that varies from wake to wake (a 1 ms tick against
-    /// instants between ticks) needs its largest, and a forgetting figure dips below it and
-    /// loses what the cap cuts (a sixteenth forgotten at each wake: 0.980 of the rate at 300/s,
-    /// burst 1, on a 1 ms tick, against 1.000). A one-off stall kept costs wakes (heads take
-    /// that far ahead, and wake twice), never tokens.
+    /// is kept. Never forgotten: a lateness that varies from wake to wake (a periodic tick
+    /// against instants between ticks) needs its largest, and a figure that forgets dips below
+    /// it and loses what the cap cuts. A one-off stall kept costs wakes (heads take that far
+    /// ahead, and wake twice), never tokens.
     pub(crate) fn learn_lateness(&mut self, nanos: u32) {
         self.late_nanos = self.late_nanos.max(nanos);
     }
