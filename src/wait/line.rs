@@ -49,6 +49,10 @@ impl Place {
     };
 }
 
+// The docs state a place's RAM on a 32-bit target.
+#[cfg(target_pointer_width = "32")]
+const _: () = assert!(core::mem::size_of::<Place>() == 32);
+
 /// Every place, and what the waits have learnt of their timers.
 pub(crate) struct Line {
     places: [Place; LINE_CAPACITY],
