@@ -70,12 +70,12 @@ use crate::{Clock, Denied, EmbassyClock, Limits, TokenBucket, Word};
 /// burst of at least `n + rate × lateness`.
 ///
 /// **The line's bound.** The line has [`LINE_CAPACITY`](crate::wait::LINE_CAPACITY) places,
-/// shared by every limit's waiters, in one `static` (32 bytes a place on a 32-bit target). A waiter that
-/// finds them all taken waits outside the line: it sleeps until its estimate and tries again to
-/// join the line or, once nobody waits in its limit's line, to take. It takes nothing before it
-/// acts (so giving up stays free) and never takes before anyone in the line, but it is not
-/// ordered among those outside, nor against a caller who arrives as a place frees up, and it
-/// may wake more than once.
+/// shared by every limit's waiters, in one `static` (32 bytes a place on a 32-bit target). A
+/// waiter that finds them all taken waits outside the line: it sleeps until its estimate and
+/// tries again to join the line or, once nobody waits in its limit's line, to take. It takes
+/// nothing before it acts (so giving up stays free) and never takes before anyone in the line,
+/// but it is not ordered among those outside, nor against a caller who arrives as a place frees
+/// up, and it may wake more than once.
 ///
 /// `TokenBucket` and [`Limits`] have these waits, and `KeyedTable` has them per key
 /// (`KeyedTable::acquire(key, n)`, feature `keyed-table`). On a build that also enables `tokio`, the
