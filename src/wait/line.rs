@@ -74,6 +74,13 @@ pub(crate) fn with<R>(f: impl FnOnce(&mut Line) -> R) -> R {
     critical_section::with(|cs| f(&mut LINE.borrow_ref_mut(cs)))
 }
 
+/// `index` as a place's index: every index handed around is one already, and saying so lets
+/// the compiler drop the bounds checks (and their panics) from the line's code.
+fn slot(index: usize) -> usize {
+    const _: () = assert!(LINE_CAPACITY.is_power_of_two());
+    index % LINE_CAPACITY
+}
+
 /// Whether ticket `a` came before `b`: tickets wrap, and fewer than 2^31 are ever in line.
 fn earlier(a: u32, b: u32) -> bool {
     (a.wrapping_sub(b) as i32) < 0
@@ -82,7 +89,7 @@ fn earlier(a: u32, b: u32) -> bool {
 impl Line {
     /// Whether the waiter at `index` has no waiter of its limit ahead of it.
     pub(crate) fn heads(&self, index: usize) -> bool {
-        let me = &self.places[index];
+        let me = &self.places[slot(index)];
         !self
             .places
             .iter()
@@ -94,7 +101,7 @@ impl Line {
         let mut end: Option<usize> = None;
         for (i, p) in self.places.iter().enumerate() {
             let beyond = |h: usize| {
-                let (a, b) = (p.ticket, self.places[h].ticket);
+                let (a, b) = (p.ticket, self.places[slot(h)].ticket);
                 if first {
                     earlier(a, b)
                 } else {
@@ -110,7 +117,7 @@ impl Line {
 
     /// The last waiter of `key`'s line, if anyone waits on it.
     pub(crate) fn last_of(&self, key: usize) -> Option<&Place> {
-        self.end_of(key, false).map(|i| &self.places[i])
+        self.end_of(key, false).map(|i| &self.places[slot(i)])
     }
 
     /// Takes a free place at the back of `key`'s line (`key`: never 0), estimated due at `due`;
@@ -119,7 +126,7 @@ impl Line {
         let index = self.places.iter().position(|p| p.key == 0)?;
         let ticket = self.next_ticket;
         self.next_ticket = ticket.wrapping_add(1);
-        self.places[index] = Place {
+        self.places[slot(index)] = Place {
             key,
             ticket,
             due,
@@ -133,7 +140,7 @@ impl Line {
 
     /// The place of `at`.
     pub(crate) fn place(&mut self, at: &InLine) -> &mut Place {
-        &mut self.places[at.index]
+        &mut self.places[slot(at.index)]
     }
 
     /// Takes `at` out of the line; `served` when it leaves with its tokens. A waiter that gives
@@ -142,9 +149,12 @@ impl Line {
     pub(crate) fn leave(&mut self, at: InLine, served: bool) -> Option<Waker> {
         let index = at.index;
         core::mem::forget(at);
-        let (key, ticket) = (self.places[index].key, self.places[index].ticket);
+        let (key, ticket) = (
+            self.places[slot(index)].key,
+            self.places[slot(index)].ticket,
+        );
         let was_head = self.heads(index);
-        self.places[index] = Place::FREE;
+        self.places[slot(index)] = Place::FREE;
         if !served {
             for p in self.places.iter_mut() {
                 if p.key == key && earlier(ticket, p.ticket) {
@@ -155,7 +165,7 @@ impl Line {
         if !was_head {
             return None;
         }
-        let head = &mut self.places[self.end_of(key, true)?];
+        let head = &mut self.places[slot(self.end_of(key, true)?)];
         if head.timer && !head.stale {
             return None;
         }
