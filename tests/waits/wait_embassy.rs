@@ -739,9 +739,9 @@ fn random_arrivals_costs_timeouts_and_drops_never_overtake_a_waiter_or_mint() {
             if !served {
                 continue;
             }
-            for earlier in 0..name {
+            for (earlier, &done) in done_at.iter().enumerate().take(name) {
                 assert!(
-                    done_at[earlier] < seq,
+                    done < seq,
                     "seed {seed}: {name} served at {at:?} while {earlier} still waited"
                 );
             }
