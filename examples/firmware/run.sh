@@ -81,6 +81,8 @@ embassy_expected=(
   "waits given up: ok"
   "keyed table shared with the handler: ok"
   "contention: ok"
+  "one wake per waiter: ok"
+  "burst of one at the rate: ok"
   "overload with callers giving up: ok"
   "PASS"
 )

@@ -472,6 +472,13 @@ impl<K: Eq, C: Clock, const N: usize, W: Word, const T: usize> KeyedTable<K, C, 
         self.max_burst
     }
 
+    /// The layout of `key`'s bucket: its tier's, or the first tier's for a key not held (the
+    /// waits' estimates; a wrong guess costs a waiter a wake, never a token).
+    #[cfg(feature = "embassy-time")]
+    pub(crate) fn layout_of(&self, key: &K) -> &crate::engine::layout::Layout {
+        &self.solved(self.tier(key).map_or(0, |tier| tier.0)).layout
+    }
+
     /// The clock the table reads.
     pub fn clock(&self) -> &C {
         &self.clock

@@ -12,12 +12,16 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
     /// Takes `n` tokens, waiting in line and then sleeping on `delay` until they have accrued;
     /// returns the time waited on the bucket's clock.
     ///
-    /// The rules of [`EmbassyWait`](crate::wait::EmbassyWait)'s waits, over the async `delay`
-    /// the firmware's HAL provides: arrival order among the waiters of the bucket, one sleep
-    /// for the head until its tokens are due, nothing taken before the caller acts (so a
-    /// dropped future leaves the bucket as if it had never queued), a request above the burst
-    /// failing at once, and the same bounded line (past
-    /// [`LINE_CAPACITY`](crate::wait::LINE_CAPACITY) waiters, one waits unordered). The
+    /// The rules of `EmbassyWait`'s waits (feature `embassy-time`), over the async `delay`
+    /// the firmware's HAL provides: arrival order among the waiters of the bucket (a caller
+    /// finding anyone waiting never takes before them), one sleep for each waiter until its
+    /// estimate, nothing taken before the caller acts (so a dropped future leaves the bucket as
+    /// if it had never queued), a request above the burst failing at once, and the same
+    /// bounded line (past [`LINE_CAPACITY`](crate::wait::LINE_CAPACITY) waiters, one waits
+    /// outside it, unordered, never taking before those in it). A `delay` that overshoots (a
+    /// timer on a coarse tick) is learnt as the embassy waits learn a late timer: where the
+    /// burst has no room for the overshoot, the head takes that far ahead of its tokens'
+    /// instant and sleeps to it holding them, so a burst of one keeps the whole rate. The
     /// bucket's clock and `delay` must measure the same time.
     ///
     /// ```
@@ -38,7 +42,7 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
     }
 
     /// As [`acquire_with_async_delay`](Self::acquire_with_async_delay), giving up after
-    /// `timeout` as [`EmbassyWait::acquire_timeout`](crate::wait::EmbassyWait::acquire_timeout)
+    /// `timeout` as `EmbassyWait::acquire_timeout`
     /// does: having taken nothing.
     pub async fn acquire_timeout_with_async_delay<D: DelayNs>(
         &self,

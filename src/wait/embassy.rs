@@ -31,34 +31,51 @@ use crate::{Clock, Denied, EmbassyClock, Limits, TokenBucket, Word};
 ///
 /// The rules are the tokio waits':
 ///
-/// - **Arrival order.** Waiters of one limit line up; only the head takes, when its tokens are
-///   due, through the limit's own `try_acquire`. The others are parked and woken once, by the
-///   head that leaves before them; the head then sleeps once, until its tokens are due (the
-///   tokio waits sleep until an estimate instead and so may wake only once in all; here a
-///   waiter behind others wakes twice: for its turn and for its tokens).
-/// - **A request above the burst fails at once** with [`Denied::ExceedsCapacity`].
+/// - **Arrival order.** A caller that finds nobody waiting on its limit takes at once if its
+///   tokens are there; one that finds anyone waiting joins the back of the line and never
+///   takes before them. Only the head takes, when its tokens are due, through the limit's own
+///   take. (`try_acquire` is not a wait: an interrupt handler's `try_acquire` still takes
+///   whatever the bucket holds, ahead of the line.)
+/// - **One wake per waiter.** Each waiter sleeps on its own timer until its *estimate*: when
+///   the limit will hold the tokens of everyone ahead and its own. Without give-ups it then
+///   heads the line with its tokens due, and takes. A waiter that gives up makes the estimates
+///   behind it too late: the head that leaves before the next of them wakes it, and it sleeps
+///   once more, until its tokens. (A [`Limits`] waiter behind others has no exact estimate,
+///   since the line keeps no count per bucket: the head before it wakes it, and it sleeps once
+///   more. A `try_acquire` from elsewhere that takes the head's tokens costs it a wake too.)
+/// - **A request above the burst fails at once** with [`Denied::ExceedsCapacity`], and a
+///   request whose estimate is past its timeout fails as it arrives.
 /// - **Giving up is free.** Nothing is taken before the caller acts, so a dropped future or a
 ///   timeout leaves the limit as if it had never queued, whatever waits behind it: under
 ///   overload with callers that give up, goodput stays at the rate.
 /// - **Nothing is held across an `.await`** that an interrupt handler needs: the line is
 ///   guarded by a critical section (the `critical-section` crate, which the firmware provides)
-///   held for one scan of its places; the limit itself is the lock-free word, so an interrupt
-///   handler's `try_acquire` on the same bucket never waits for a task.
+///   held for one look at its places (and the head's take: one compare-exchange); the limit
+///   itself is the lock-free word, so an interrupt handler's `try_acquire` on the same bucket
+///   never waits for a task.
 ///
-/// **A late timer.** The head takes when its timer wakes it, and embassy-time's queue wakes at
-/// the driver's alarm: a driver that checks its queue on a periodic tick wakes up to a tick
-/// late. While the bucket is full the tokens that accrue are capped away, so a burst with no
-/// room beyond the waiter's tokens loses that lateness on each token (at 100/s, burst 1, on a
-/// 1 ms tick: measured 0.935 of the rate under overload in `examples/firmware`; burst 2: the
-/// whole rate). Give the bucket a burst of at least `n + rate × lateness`. (The tokio waits
-/// take ahead of the instant by the timer's lateness instead; these do not, since the
-/// lateness is the driver's.)
+/// **A late timer.** embassy-time's queue wakes a task at the driver's alarm, and a driver
+/// that checks its queue on a periodic tick wakes up to a tick late; the executor may poll the
+/// task later still. A bucket that is full while its waiter oversleeps caps away what accrues
+/// meanwhile, so a burst with no room beyond the waiter's tokens would lose that lateness on
+/// every token. The line learns how late its timers wake (the largest lateness seen,
+/// [`timer_lateness`](crate::wait::timer_lateness)), and where the burst has no room for it
+/// beyond the waiter's tokens, the head takes its tokens that far ahead of their instant (a
+/// reservation, given back by the refund rule if the future is dropped before it acts) and
+/// sleeps to the instant holding them: a late timer delays the caller, never the bucket's
+/// schedule, and a burst of one gets the whole rate. Such a head wakes twice: to take ahead,
+/// and at the instant. The first late wake teaches the line; what it loses is lost once. A
+/// burst with room for the lateness needs none of this: its head takes when woken, and wakes
+/// once. A keyed table's waits have no reservation to take ahead with: give its quotas a
+/// burst of at least `n + rate × lateness`.
 ///
 /// **The line's bound.** The line has [`LINE_CAPACITY`](crate::wait::LINE_CAPACITY) places,
-/// shared by every limit's waiters, in one `static` (a few hundred bytes of RAM). A waiter that
-/// finds them all taken waits outside the line: it sleeps until its tokens are due and tries,
-/// taking nothing before it acts (so giving up stays free), but it is not ordered: it may take
-/// the tokens that the head of a line is waiting for, delaying that head by one turn.
+/// shared by every limit's waiters, in one `static` (32 bytes a place on a 32-bit target). A
+/// waiter that finds them all taken waits outside the line: it sleeps until its estimate and
+/// tries again to join the line or, once nobody waits in its limit's line, to take. It takes
+/// nothing before it acts (so giving up stays free) and never takes before anyone in the line,
+/// but it is not ordered among those outside, nor against a caller who arrives as a place frees
+/// up, and it may wake more than once.
 ///
 /// `TokenBucket` and [`Limits`] have these waits, and `KeyedTable` has them per key
 /// (`KeyedTable::acquire(key, n)`, feature `keyed-table`). On a build that also enables `tokio`, the
@@ -73,9 +90,10 @@ pub trait EmbassyWait {
     fn acquire(&self, cost: Self::Cost) -> impl Future<Output = Result<Duration, Denied>> + '_;
 
     /// As [`acquire`](Self::acquire), giving up after `timeout`: a wait that would outlast it
-    /// fails as soon as it heads the line, with [`Denied::Insufficient`] whose `retry_after` is
-    /// the time beyond the timeout its tokens need; one that runs out of time behind others
-    /// fails then, with a `retry_after` of zero. Either way nothing was taken.
+    /// fails as soon as that is known (as it arrives, from its estimate, or as it heads the
+    /// line), with [`Denied::Insufficient`] whose `retry_after` is the time beyond the timeout
+    /// its tokens need; one that runs out of time behind others (someone ahead was slower than
+    /// estimated) fails then, with a `retry_after` of zero. Either way nothing was taken.
     fn acquire_timeout(
         &self,
         cost: Self::Cost,
@@ -174,6 +192,7 @@ mod keyed {
 
     use super::wait;
     use crate::wait::async_line::TakeNow;
+    use crate::wait::GiveBack;
     use crate::{Clock, Denied, KeyedDenied, KeyedTable, Word};
 
     /// One key of a table: the limit a keyed wait waits on.
@@ -196,14 +215,28 @@ mod keyed {
         }
     }
 
-    impl<K, C, const N: usize, W, const T: usize> TakeNow for Keyed<'_, K, C, N, W, T>
+    /// A keyed take holds nothing: a key's waits take when their tokens are due, never ahead
+    /// (the table has no reservations), so they are not compensated for a late timer.
+    impl<K, C, const N: usize, W, const T: usize> GiveBack for Keyed<'_, K, C, N, W, T>
     where
         K: Eq + Hash + Clone,
         C: Clock,
         W: Word,
     {
         type Cost = u32;
+        type Taken = ();
+        fn give_back(&self, (): ()) {}
+    }
+
+    impl<K, C, const N: usize, W, const T: usize> TakeNow for Keyed<'_, K, C, N, W, T>
+    where
+        K: Eq + Hash + Clone,
+        C: Clock,
+        W: Word,
+    {
+        type Clock = C;
         type Error = KeyedDenied;
+        const EXACT_ESTIMATE: bool = true;
         fn line_key(&self) -> usize {
             let mut hasher = Fnv(0xcbf2_9ce4_8422_2325);
             self.key.hash(&mut hasher);
@@ -220,8 +253,11 @@ mod keyed {
             }
             Ok(())
         }
-        fn take_now(&self, n: u32) -> Result<(), KeyedDenied> {
-            self.table.try_acquire(self.key.clone(), n)
+        fn take_ahead(&self, n: u32, _ahead: Duration) -> Result<((), Duration), KeyedDenied> {
+            // `ahead` is always zero: `slack_ticks` says a late take loses nothing.
+            self.table
+                .try_acquire(self.key.clone(), n)
+                .map(|()| ((), Duration::ZERO))
         }
         fn due_in(denied: &KeyedDenied) -> Option<Duration> {
             match denied {
@@ -229,11 +265,16 @@ mod keyed {
                 _ => None,
             }
         }
+        fn due_after(&self, after: u64, n: u32) -> Option<u64> {
+            let p = self.table.layout_of(&self.key);
+            let units = p.cost(n).ok()?;
+            Some(after.wrapping_add(p.ticks_until(after, units)))
+        }
+        fn slack_ticks(&self, _now: u64, _n: u32) -> u64 {
+            u64::MAX
+        }
         fn now_ticks(&self) -> u64 {
             self.table.clock().now()
-        }
-        fn ticks_to_duration(&self, ticks: u64) -> Duration {
-            crate::clock::ticks_to_duration_ceil::<C>(ticks)
         }
     }
 

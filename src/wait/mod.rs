@@ -68,7 +68,7 @@ pub(crate) use self::gate::ReserveNow;
 pub use self::gate::{CancelOnDrop, GiveBack, TakeLater};
 pub use self::jitter::Jitter;
 #[cfg(any(feature = "embassy-time", feature = "embedded-hal-async"))]
-pub use self::line::{waiters_in_line, LINE_CAPACITY};
+pub use self::line::{forget_timer_lateness, timer_lateness, waiters_in_line, LINE_CAPACITY};
 #[cfg(feature = "tokio")]
 pub use self::remote::{RemoteLine, RemotePlace};
 #[cfg(feature = "tokio")]
