@@ -249,3 +249,21 @@ fn an_adjustable_bucket_refuses_an_unlimited_quota_at_build_and_at_change() {
     assert_eq!(bucket.try_acquire(1), Ok(()));
     assert!(bucket.try_acquire(1).is_err());
 }
+
+#[cfg(feature = "embedded-hal")]
+#[test]
+fn a_delay_wait_on_an_unlimited_bucket_never_sleeps() {
+    struct Counting(u64);
+    impl embedded_hal::delay::DelayNs for Counting {
+        fn delay_ns(&mut self, ns: u32) {
+            self.0 += u64::from(ns);
+        }
+    }
+    let clock = ManualClock::new();
+    let bucket = TokenBucket::try_new(Quota::unlimited(), &clock).unwrap();
+    let mut delay = Counting(0);
+    for n in [1, 1_000, u32::MAX] {
+        assert_eq!(bucket.acquire_with_delay(n, &mut delay), Ok(Duration::ZERO));
+    }
+    assert_eq!(delay.0, 0);
+}

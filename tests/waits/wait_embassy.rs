@@ -755,3 +755,30 @@ fn random_arrivals_costs_timeouts_and_drops_never_overtake_a_waiter_or_mint() {
         assert_eq!(waiters_in_line(), 0, "seed {seed}");
     }
 }
+
+#[test]
+fn an_unlimited_bucket_serves_every_embedded_wait_at_its_first_poll() {
+    let _serial = serial();
+    let gate = TokenBucket::try_new(Quota::unlimited(), EmbassyClock).unwrap();
+    let served = Mutex::new(Vec::new());
+    let mut ex = Executor::new();
+    for name in 0..(2 * LINE_CAPACITY) {
+        let (gate, served) = (&gate, &served);
+        ex.spawn(async move {
+            let waited = EmbassyWait::acquire(gate, u32::MAX).await.unwrap();
+            let timed = EmbassyWait::acquire_timeout(gate, 7, Duration::ZERO).await;
+            served.lock().unwrap().push((name, waited, timed));
+        });
+    }
+    ex.run();
+    let served = served.lock().unwrap();
+    assert_eq!(served.len(), 2 * LINE_CAPACITY);
+    for (i, &(name, waited, timed)) in served.iter().enumerate() {
+        assert_eq!(
+            (name, waited, timed),
+            (i, Duration::ZERO, Ok(Duration::ZERO))
+        );
+        assert_eq!(ex.polls(i), 1);
+    }
+    assert_eq!(waiters_in_line(), 0);
+}
