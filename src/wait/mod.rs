@@ -66,6 +66,7 @@ pub use self::embassy::EmbassyWait;
 #[cfg(any(feature = "std", feature = "embedded-hal"))]
 pub(crate) use self::gate::ReserveNow;
 pub use self::gate::{CancelOnDrop, GiveBack, TakeLater};
+pub(crate) use self::jitter::splitmix64;
 pub use self::jitter::Jitter;
 #[cfg(any(feature = "embassy-time", feature = "embedded-hal-async"))]
 pub use self::line::{waiters_in_line, LINE_CAPACITY};
