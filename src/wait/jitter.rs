@@ -39,18 +39,24 @@ impl Default for Jitter {
 }
 
 impl Jitter {
-    /// No jitter: waits are exactly the reservations' waits.
-    pub fn none() -> Self {
-        Self::up_to(Duration::ZERO, 0)
+    crate::const_fn_unless_loom! {
+        /// No jitter: waits are exactly the reservations' waits.
+        pub const fn none() -> Self {
+            Self::up_to(Duration::ZERO, 0)
+        }
     }
 
-    /// Uniform jitter in `[0, max]` (to the nanosecond, `max` saturating at 584 years), from the
-    /// sequence that `seed` gives.
-    pub fn up_to(max: Duration, seed: u64) -> Self {
-        Self {
-            max_ns: u64::try_from(max.as_nanos()).unwrap_or(u64::MAX),
-            seed,
-            draws: AtomicU32::new(0),
+    crate::const_fn_unless_loom! {
+        /// Uniform jitter in `[0, max]` (to the nanosecond, `max` saturating at 584 years), from
+        /// the sequence that `seed` gives. `const`, so that firmware can keep one in a `static`
+        /// beside its bucket.
+        pub const fn up_to(max: Duration, seed: u64) -> Self {
+            let ns = max.as_nanos();
+            Self {
+                max_ns: if ns > u64::MAX as u128 { u64::MAX } else { ns as u64 },
+                seed,
+                draws: AtomicU32::new(0),
+            }
         }
     }
 
