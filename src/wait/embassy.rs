@@ -120,7 +120,7 @@ async fn wait<L: TakeNow>(
 }
 
 /// Sleeps on embassy-time's timer queue, through its driver.
-struct EmbassyTimer;
+pub(super) struct EmbassyTimer;
 
 impl Sleeper for EmbassyTimer {
     fn sleep(&mut self, duration: Duration) -> impl Future<Output = ()> + '_ {

@@ -46,6 +46,7 @@ mod delay_async;
 mod embassy;
 mod gate;
 mod jitter;
+mod jittered;
 #[cfg(any(feature = "embassy-time", feature = "embedded-hal-async"))]
 mod line;
 #[cfg(feature = "tokio")]
@@ -68,6 +69,7 @@ pub(crate) use self::gate::ReserveNow;
 pub use self::gate::{CancelOnDrop, GiveBack, TakeLater};
 pub(crate) use self::jitter::splitmix64;
 pub use self::jitter::Jitter;
+pub use self::jittered::Jittered;
 #[cfg(any(feature = "embassy-time", feature = "embedded-hal-async"))]
 pub use self::line::{waiters_in_line, LINE_CAPACITY};
 #[cfg(feature = "tokio")]
