@@ -167,6 +167,9 @@ where
 }
 
 #[cfg(feature = "tokio")]
+use core::future::Future as _;
+
+#[cfg(feature = "tokio")]
 impl<C: Clock, W: Word> Jittered<'_, TokenBucket<C, W>> {
     /// [`TokenBucket::acquire`], then the jitter if it waited, holding the tokens: a future
     /// dropped during the jitter gives them back.
@@ -178,6 +181,35 @@ impl<C: Clock, W: Word> Jittered<'_, TokenBucket<C, W>> {
     /// `timeout`), holding the tokens: a future dropped during the jitter gives them back.
     pub async fn acquire_timeout(&self, n: u32, timeout: Duration) -> Result<Duration, Denied> {
         in_line_async(self.bucket, n, timeout, self.jitter).await
+    }
+
+    /// [`TokenBucket::acquire_reservation`], then the jitter if it waited, holding the tokens
+    /// (a future dropped during the jitter gives them back); then hands them over, as that
+    /// does. The wait of a tower service's `poll_ready` with jitter.
+    pub async fn acquire_reservation(
+        &self,
+        n: u32,
+        timeout: Duration,
+    ) -> Result<crate::Reservation, Denied> {
+        let mut waited = false;
+        let mut turn = core::pin::pin!(self.bucket.acquire_reservation(n, timeout));
+        // Served at once when its first poll is: then it had no crowd to spread from.
+        let taken = core::future::poll_fn(|cx| {
+            let poll = turn.as_mut().poll(cx);
+            waited |= poll.is_pending();
+            poll
+        })
+        .await?;
+        let guard = super::CancelOnDrop::new(self.bucket, taken);
+        let extra = if waited {
+            self.jitter.next()
+        } else {
+            Duration::ZERO
+        };
+        if !extra.is_zero() {
+            ::tokio::time::sleep(extra).await;
+        }
+        Ok(guard.into_taken())
     }
 }
 
