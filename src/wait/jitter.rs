@@ -7,6 +7,14 @@ use crate::engine::sync::{AtomicU32, Ordering};
 
 /// Adds a random delay of up to `max` to a wait. Off by default ([`Jitter::none`]).
 ///
+/// Every wait takes one: a [`TokenBucket`](crate::TokenBucket)'s or an `AdjustableBucket`'s
+/// through [`bucket.jittered(&jitter)`](crate::Jittered), [`Limits`](crate::Limits) through
+/// [`with_jitter`](crate::Limits::with_jitter), tollgate-tower's backpressure layer through its
+/// `jitter`, and tollgate-redis's `RedisBucket` through its builder. Jitter spreads callers
+/// that wake at the same instant; it does not move a bucket's schedule, so for buckets that
+/// run in lockstep (workers splitting one quota, replicas started together) give each a phase:
+/// [`Quota::phase`](crate::Quota::phase), [`Quota::random_phase`](crate::Quota::random_phase).
+///
 /// Only ever lengthens a wait, so it never grants early and never changes what a bucket
 /// decides: it moves a caller's wake-up after its instant. The source is SplitMix64 over a seed
 /// and a draw counter, so a given seed gives the same sequence of delays on every run and tests

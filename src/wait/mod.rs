@@ -10,6 +10,9 @@
 //! `acquire_with_delay` blocks, and has no line: it sleeps until the tokens are due and then
 //! tries, so it too takes nothing before it acts.
 //!
+//! Each of these waits also comes with a [`Jitter`] after a wait that slept, through
+//! [`Jittered`] (`bucket.jittered(&jitter).acquire(n)`), in the same line.
+//!
 //! # The seam for remote buckets
 //!
 //! A bucket whose take is a round trip (a script in Redis: the `tollgate-redis` crate) cannot
