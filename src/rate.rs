@@ -350,6 +350,9 @@ impl Quota {
     }
 
     /// Start empty, so that a fleet deployed at once ramps in instead of bursting together.
+    /// Its replicas' first tokens then still fall at the same instant, one period in: give
+    /// each a [`random_phase`](Self::random_phase) (or, for workers with an index, a
+    /// [`phase`](Self::phase)) to spread them.
     pub const fn start_empty(self) -> Self {
         Self {
             start: Start::Empty,
@@ -404,6 +407,12 @@ impl Quota {
     /// worker `i` starts with `index / parts` of a token less. `index` must be below `parts`
     /// ([`ConfigError::PhaseOutOfRange`] when a bucket is built). For replicas that have no
     /// index, see [`random_phase`](Self::random_phase).
+    ///
+    /// The phase shapes where a bucket starts, nothing else: a bucket's later waits keep its
+    /// schedule only as well as its callers keep up (a caller late for a token that a burst of
+    /// one cannot hold loses that lateness, and its bucket's schedule moves by it), and a quota
+    /// change on an `AdjustableBucket` keeps the schedule the bucket has. A bucket kept in
+    /// Redis is one schedule for every process and takes no phase.
     pub const fn phase(self, index: u16, parts: u16) -> Self {
         Self {
             phase_index: index,

@@ -298,3 +298,30 @@ fn fifty_replicas_with_a_random_phase_spread_their_first_requests_over_one_perio
         "{spread:?}"
     );
 }
+
+#[test]
+fn a_phased_bucket_in_a_static_is_built_at_compile_time() {
+    static CLOCK: ManualClock = ManualClock::new();
+    const PER_WORKER: Quota =
+        Quota::new(Rate::per_second(1).minus_percent(5).divided_by(3)).start_empty();
+    static WORKERS: [TokenBucket<&ManualClock>; 3] = [
+        TokenBucket::new(PER_WORKER.phase(0, 3), &CLOCK),
+        TokenBucket::new(PER_WORKER.phase(1, 3), &CLOCK),
+        TokenBucket::new(PER_WORKER.phase(2, 3), &CLOCK),
+    ];
+    // Each starts at its first use: all three now.
+    let firsts: Vec<u128> = WORKERS
+        .iter()
+        .map(|w| match w.try_acquire(1) {
+            Err(Denied::Insufficient { retry_after }) => retry_after.as_nanos(),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    let resolution = WORKERS[0].resolution().as_nanos();
+    for (first, want) in firsts
+        .iter()
+        .zip([3_157_894_737u128, 4_210_526_316, 5_263_157_895])
+    {
+        assert!(first.abs_diff(want) <= 2 * resolution, "{firsts:?}");
+    }
+}
