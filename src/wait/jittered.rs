@@ -279,47 +279,67 @@ crate::with_atomic64! {
 }
 
 #[cfg(any(feature = "embassy-time", feature = "embedded-hal-async"))]
-mod in_line {
-    //! The no-heap async waits with jitter: the bucket's own line, a take that reserves so it
+pub(super) mod in_line {
+    //! The no-heap async waits with jitter: the limit's own line, a take that reserves so it
     //! can be given back, and the jitter slept holding it.
 
     use core::cell::Cell;
     use core::time::Duration;
 
     use super::super::async_line::{wait_in_line, Sleeper, TakeNow};
-    use super::super::CancelOnDrop;
-    use crate::{Clock, Denied, Jitter, Reservation, TokenBucket, Word};
+    use super::super::{CancelOnDrop, GiveBack};
+    use crate::{Clock, Denied, Jitter, Limits, TokenBucket, Word};
 
-    /// The bucket, taking through `reserve` so that its take can be held and given back.
-    struct Holding<'a, C, W: Word> {
-        bucket: &'a TokenBucket<C, W>,
-        taken: Cell<Option<Reservation>>,
+    /// A limit whose take can be held and given back: a bucket, or a `Limits`.
+    pub(in crate::wait) trait HoldNow:
+        TakeNow<Error = Denied> + GiveBack<Cost = <Self as TakeNow>::Cost>
+    {
+        /// Takes `cost` now, to be acted on or given back; a denial takes nothing and decides
+        /// as `take_now` does.
+        fn hold_now(&self, cost: <Self as TakeNow>::Cost) -> Result<Self::Taken, Denied>;
     }
 
-    impl<C: Clock, W: Word> TakeNow for Holding<'_, C, W> {
-        type Cost = u32;
+    impl<C: Clock, W: Word> HoldNow for TokenBucket<C, W> {
+        fn hold_now(&self, n: u32) -> Result<Self::Taken, Denied> {
+            self.reserve(n, Duration::ZERO)
+        }
+    }
+
+    impl<C: Clock, const N: usize, W: Word> HoldNow for Limits<'_, C, N, W> {
+        fn hold_now(&self, costs: [u32; N]) -> Result<Self::Taken, Denied> {
+            self.reserve(costs, Duration::ZERO)
+        }
+    }
+
+    /// The limit, taking through `hold_now` so that its take can be held and given back.
+    struct Holding<'a, L: HoldNow> {
+        limit: &'a L,
+        taken: Cell<Option<L::Taken>>,
+    }
+
+    impl<L: HoldNow> TakeNow for Holding<'_, L> {
+        type Cost = <L as TakeNow>::Cost;
         type Error = Denied;
         fn line_key(&self) -> usize {
-            // The bucket's own line: jittered waiters and plain ones queue together.
-            self.bucket.line_key()
+            // The limit's own line: jittered waiters and plain ones queue together.
+            self.limit.line_key()
         }
-        fn fits(&self, n: u32) -> Result<(), Denied> {
-            self.bucket.fits(n)
+        fn fits(&self, cost: Self::Cost) -> Result<(), Denied> {
+            self.limit.fits(cost)
         }
-        fn take_now(&self, n: u32) -> Result<(), Denied> {
-            // Granted now or not at all: `reserve` with no wait decides as `try_acquire` does.
-            let taken = self.bucket.reserve(n, Duration::ZERO)?;
+        fn take_now(&self, cost: Self::Cost) -> Result<(), Denied> {
+            let taken = self.limit.hold_now(cost)?;
             self.taken.set(Some(taken));
             Ok(())
         }
         fn due_in(denied: &Denied) -> Option<Duration> {
-            <TokenBucket<C, W> as TakeNow>::due_in(denied)
+            L::due_in(denied)
         }
         fn now_ticks(&self) -> u64 {
-            self.bucket.now_ticks()
+            self.limit.now_ticks()
         }
         fn ticks_to_duration(&self, ticks: u64) -> Duration {
-            self.bucket.ticks_to_duration(ticks)
+            self.limit.ticks_to_duration(ticks)
         }
     }
 
@@ -336,32 +356,33 @@ mod in_line {
         }
     }
 
-    /// Waits in `bucket`'s line as its own no-heap waits do, then sleeps the jitter holding
+    /// Waits in `limit`'s line as its own no-heap waits do, then sleeps the jitter holding
     /// the take, if the wait slept.
-    pub(in crate::wait) async fn jittered_in_line<C: Clock, W: Word, S: Sleeper>(
-        bucket: &TokenBucket<C, W>,
-        n: u32,
+    pub(in crate::wait) async fn jittered_in_line<L: HoldNow, S: Sleeper>(
+        limit: &L,
+        cost: <L as TakeNow>::Cost,
         timeout: Option<Duration>,
         jitter: &Jitter,
         sleeper: &mut S,
     ) -> Result<Duration, Denied> {
         let holding = Holding {
-            bucket,
+            limit,
             taken: Cell::new(None),
         };
         let mut noting = Noting {
             sleeper,
             slept: false,
         };
-        let waited = wait_in_line(&holding, n, timeout, &mut noting).await?;
+        let waited = wait_in_line(&holding, cost, timeout, &mut noting).await?;
         let Some(taken) = holding.taken.take() else {
             return Ok(waited);
         };
-        if !noting.slept {
-            return Ok(waited);
-        }
-        let guard = CancelOnDrop::new(bucket, taken);
-        let extra = jitter.next();
+        let guard = CancelOnDrop::new(limit, taken);
+        let extra = if noting.slept {
+            jitter.next()
+        } else {
+            Duration::ZERO
+        };
         if !extra.is_zero() {
             noting.sleeper.sleep(extra).await;
         }

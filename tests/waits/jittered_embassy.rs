@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use embassy_time::MockDriver;
 use tollgate::wait::EmbassyWait;
-use tollgate::{EmbassyClock, Jitter, ManualClock, Quota, Rate, TokenBucket};
+use tollgate::{EmbassyClock, Jitter, Limits, ManualClock, Quota, Rate, TokenBucket};
 
 fn ms(millis: u64) -> Duration {
     Duration::from_millis(millis)
