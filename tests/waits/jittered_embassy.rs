@@ -86,6 +86,28 @@ fn embassy_waits_sleep_the_jitter_holding_their_take() {
         waited.abs_diff(ms(1_000) + draw) <= Duration::from_micros(2),
         "{waited:?}"
     );
+
+    // `Limits` with a jitter: the same, every part given back.
+    MockDriver::get().reset();
+    let fast = TokenBucket::try_new(
+        Quota::new(Rate::per_second(10)).burst(1).start_empty(),
+        EmbassyClock,
+    )
+    .unwrap();
+    let slow = TokenBucket::try_new(quota, EmbassyClock).unwrap();
+    let limits = Limits::new([&fast, &slow]).with_jitter(Jitter::up_to(Duration::from_secs(10), 3));
+    {
+        let mut wait = pin!(EmbassyWait::acquire(&limits, [1, 1]));
+        assert!(poll_once(wait.as_mut()).is_pending());
+        advance(ms(1_000));
+        assert!(poll_once(wait.as_mut()).is_pending()); // took both, and sleeps its jitter
+        assert_eq!((fast.available(), slow.available()), (0, 0));
+        advance(ms(500));
+        assert!(poll_once(wait.as_mut()).is_pending());
+    }
+    assert_eq!((fast.available(), slow.available()), (1, 1));
+    let mut wait = pin!(EmbassyWait::acquire(&limits, [1, 1]));
+    assert_eq!(poll_once(wait.as_mut()), Poll::Ready(Ok(Duration::ZERO))); // at once: no jitter
 }
 
 /// A delay that moves a manual clock at once.
