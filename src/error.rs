@@ -100,6 +100,14 @@ pub enum ConfigError {
     /// A window quota whose burst is not below its cap (after margins and division), or whose
     /// cap is zero: no rate would be left.
     BurstNotBelowCap,
+    /// [`Quota::phase`](crate::Quota::phase) with an index not below its parts (or zero
+    /// parts): a worker's place among those splitting a quota must be one of them.
+    PhaseOutOfRange {
+        /// The index given.
+        index: u16,
+        /// The parts given.
+        parts: u16,
+    },
     /// A window quota on a clock read so coarsely that two steps of the reading accrue a whole
     /// token (`2 × resolution × rate ≥ 1`), so a window could see one grant above the cap. Use
     /// a finer clock, or a longer window.
@@ -116,6 +124,9 @@ impl fmt::Display for ConfigError {
         match self {
             ConfigError::StartAboveBurst { start, burst } => write!(f, " ({start} > {burst})"),
             ConfigError::PercentAbove100 { percent } => write!(f, " (minus_percent({percent}))"),
+            ConfigError::PhaseOutOfRange { index, parts } => {
+                write!(f, " (phase({index}, {parts}))")
+            }
             _ => Ok(()),
         }
     }
@@ -147,6 +158,9 @@ impl ConfigError {
             }
             ConfigError::ClockTooCoarse => {
                 "one tick of the clock accrues more tokens than the burst can take in; raise the burst or use a finer clock"
+            }
+            ConfigError::PhaseOutOfRange { .. } => {
+                "phase index is not below its parts: worker i of k needs i < k"
             }
             ConfigError::ZeroWindow => "window of the cap is zero",
             ConfigError::WindowOutOfRange => "window of the cap exceeds 584 years",

@@ -316,7 +316,7 @@ pub use keyed::{IpPrefix, KeyedConfigError, KeyedDenied, SetTierError, Tier, Whe
 pub use keyed::{KeyHasher, KeyedLimiter, KeyedLimiterBuilder};
 pub use limits::{Limits, LimitsReservation};
 pub use rate::{Quota, Rate};
-pub use wait::Jitter;
+pub use wait::{Jitter, Jittered};
 with_atomic64! {
     pub use adjustable::{AdjustableBucket, AdjustableReservation, SetQuotaError};
     pub use clock::ManualClock;

@@ -338,6 +338,10 @@ pub struct Quota {
     start_tokens: u64,
     /// The window of a window quota, in nanoseconds; otherwise 0.
     window_ns: u64,
+    /// The phase: the start is `phase_index / phase_parts` of a token's time later (0 of 1:
+    /// none).
+    phase_index: u16,
+    phase_parts: u16,
     burst_set: bool,
     start: Start,
     window: WindowState,
@@ -351,6 +355,8 @@ impl Quota {
             burst: 0,
             start_tokens: 0,
             window_ns: 0,
+            phase_index: 0,
+            phase_parts: 1,
             burst_set: false,
             start: Start::Full,
             window: WindowState::None,
@@ -381,6 +387,9 @@ impl Quota {
     }
 
     /// Start empty, so that a fleet deployed at once ramps in instead of bursting together.
+    /// Its replicas' first tokens then still fall at the same instant, one period in: give
+    /// each a [`random_phase`](Self::random_phase) (or, for workers with an index, a
+    /// [`phase`](Self::phase)) to spread them.
     pub const fn start_empty(self) -> Self {
         Self {
             start: Start::Empty,
@@ -396,6 +405,86 @@ impl Quota {
             start_tokens: tokens,
             ..self
         }
+    }
+
+    /// Worker `index` of `parts` that split one quota: the bucket's schedule runs
+    /// `index / parts` of a token's time (`index / (parts × rate)`) behind the schedule the
+    /// start fill alone gives, so that `parts` buckets built at once, each with its own index,
+    /// take their tokens at instants spread evenly over one period rather than all at once.
+    ///
+    /// The geocoding job: a provider allows 1 request a second; less 5 % and split over three
+    /// workers, each worker's bucket grants one request every 3.158 s. Built `start_empty`
+    /// without a phase, the three grant their first requests at the same instant, and every
+    /// one after; with phases 0, 1 and 2 of 3, worker `i` runs `i × 1.053 s` behind worker 0,
+    /// so no two requests of the three ever start within one second of each other.
+    ///
+    /// ```
+    /// use core::time::Duration;
+    /// use tollgate::{ManualClock, Quota, Rate, TokenBucket};
+    ///
+    /// let clock = ManualClock::new();
+    /// let per_worker = Quota::new(Rate::per_second(1).minus_percent(5).divided_by(3)).start_empty();
+    /// let workers: Vec<_> = (0..3)
+    ///     .map(|i| TokenBucket::try_new(per_worker.phase(i, 3), &clock))
+    ///     .collect::<Result<_, _>>()?;
+    /// let first: Vec<Duration> = workers
+    ///     .iter()
+    ///     .map(|w| w.reserve(1, Duration::MAX).unwrap().wait())
+    ///     .collect();
+    /// // 60/19 s (3.158 s), then 1/3 and 2/3 of that later: 1.053 s apart, to the bucket's
+    /// // resolution (a few nanoseconds: this rate is read in quanta of ticks for a century).
+    /// let close = |d: Duration, ns: u64| d.as_nanos().abs_diff(ns.into()) <= 2 * workers[0].resolution().as_nanos();
+    /// assert!(close(first[0], 3_157_894_737));
+    /// assert!(close(first[1], 4_210_526_316));
+    /// assert!(close(first[2], 5_263_157_895));
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    ///
+    /// The offset is held to the word's unit (at most one clock tick), rounded down. It applies from the start fill on: with a full start,
+    /// worker `i` starts with `index / parts` of a token less. `index` must be below `parts`
+    /// ([`ConfigError::PhaseOutOfRange`] when a bucket is built). For replicas that have no
+    /// index, see [`random_phase`](Self::random_phase).
+    ///
+    /// The phase shapes where a bucket starts, nothing else: a bucket's later waits keep its
+    /// schedule only as well as its callers keep up (a caller late for a token that a burst of
+    /// one cannot hold loses that lateness, and its bucket's schedule moves by it), and a quota
+    /// change on an `AdjustableBucket` keeps the schedule the bucket has. A bucket kept in
+    /// Redis is one schedule for every process and takes no phase.
+    pub const fn phase(self, index: u16, parts: u16) -> Self {
+        Self {
+            phase_index: index,
+            phase_parts: parts,
+            ..self
+        }
+    }
+
+    /// A phase drawn from `seed`, uniform over one token's time: for replicas started together
+    /// that have no index to [`phase`](Self::phase) by. Built `start_empty`, each replica's
+    /// first token falls somewhere in the second period after its start rather than at the
+    /// same instant as every other's, and its schedule stays that far apart from theirs.
+    ///
+    /// The phase is one of 65 535 steps of a token's time. The same seed gives the same phase; give each replica its own (a hash of its host name
+    /// or pod name, its process id, the time it started).
+    ///
+    /// ```
+    /// use tollgate::{Quota, Rate};
+    ///
+    /// let quota = Quota::new(Rate::per_second(10)).start_empty();
+    /// let (index, parts) = quota.random_phase(7).phase_fraction();
+    /// assert!(index < parts);
+    /// assert_eq!(quota.random_phase(7), quota.random_phase(7));
+    /// assert_ne!(quota.random_phase(7), quota.random_phase(8));
+    /// ```
+    pub const fn random_phase(self, seed: u64) -> Self {
+        // The top bits of one SplitMix64 output, below 2^16 - 1.
+        let x = crate::wait::splitmix64(seed) >> 48;
+        self.phase((x % u16::MAX as u64) as u16, u16::MAX)
+    }
+
+    /// The phase as `(index, parts)`: the start runs `index / parts` of a token's time late;
+    /// `(0, 1)` for none.
+    pub const fn phase_fraction(&self) -> (u16, u16) {
+        (self.phase_index, self.phase_parts)
     }
 
     /// The rate at which tokens accrue.
@@ -472,13 +561,23 @@ impl Quota {
         if start > burst {
             return Err(ConfigError::StartAboveBurst { start, burst });
         }
+        if self.phase_index >= self.phase_parts {
+            return Err(ConfigError::PhaseOutOfRange {
+                index: self.phase_index,
+                parts: self.phase_parts,
+            });
+        }
         Ok(())
     }
 }
 
 impl fmt::Display for Quota {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}, burst {}", self.rate, self.burst_size())
+        write!(f, "{}, burst {}", self.rate, self.burst_size())?;
+        if self.phase_index != 0 {
+            write!(f, ", phase {} of {}", self.phase_index, self.phase_parts)?;
+        }
+        Ok(())
     }
 }
 

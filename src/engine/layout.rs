@@ -310,9 +310,35 @@ impl Layout {
             return Err(error);
         }
         match Self::solve_layout(quota, ticks_per_second, bits) {
-            Ok(p) => p.holding_the_window(quota, ticks_per_second),
+            Ok(p) => p.phased(quota).holding_the_window(quota, ticks_per_second),
             Err(e) => Err(e),
         }
+    }
+
+    /// The layout with the quota's phase taken off its start: `index / parts` of a token, in
+    /// units rounded down (a unit is at most a tick), so under one token.
+    /// A start below zero is kept as its instant modulo the word, `W - deficit`, which the
+    /// word reads as that much debt ([`start_level`](Self::start_level)): the deficit is under
+    /// a token, within every word's debt bound and its negative side.
+    const fn phased(mut self, quota: &Quota) -> Self {
+        let (index, parts) = quota.phase_fraction();
+        if index == 0 {
+            return self;
+        }
+        let upt = self.units_per_token.get() as u128;
+        // index < parts (validated): under one token.
+        let phase = (index as u128 * upt / parts as u128) as u64;
+        self.start_units = if self.start_units >= phase {
+            self.start_units - phase
+        } else {
+            (self.ring() - (phase - self.start_units) as u128) as u64
+        };
+        self
+    }
+
+    /// The level a bucket starts at, in units: negative when a phase runs it into debt.
+    pub(crate) fn start_level(&self) -> i64 {
+        self.elapsed(self.start_units, 0)
     }
 
     /// A window quota keeps its cap only if two steps of the reading accrue under a token.

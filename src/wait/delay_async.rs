@@ -55,7 +55,7 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
 }
 
 /// A `DelayNs` as the waits' sleeper.
-struct Delay<'a, D>(&'a mut D);
+pub(super) struct Delay<'a, D>(pub(super) &'a mut D);
 
 impl<D: DelayNs> Sleeper for Delay<'_, D> {
     async fn sleep(&mut self, duration: Duration) {

@@ -115,17 +115,34 @@ impl<C: Clock, W: Word> EmbassyWait for TokenBucket<C, W> {
     }
 }
 
+/// With the limits' [`Jitter`](crate::Jitter) ([`Limits::with_jitter`]) after a wait that
+/// slept, holding every part: a future dropped during it gives them back.
 impl<C: Clock, const N: usize, W: Word> EmbassyWait for Limits<'_, C, N, W> {
     type Cost = [u32; N];
-    fn acquire(&self, costs: [u32; N]) -> impl Future<Output = Result<Duration, Denied>> + '_ {
-        wait(self, costs, None)
+    async fn acquire(&self, costs: [u32; N]) -> Result<Duration, Denied> {
+        super::jittered::in_line::jittered_in_line(
+            self,
+            costs,
+            None,
+            self.jitter(),
+            &mut EmbassyTimer,
+        )
+        .await
     }
-    fn acquire_timeout(
+    async fn acquire_timeout(
         &self,
         costs: [u32; N],
         timeout: Duration,
-    ) -> impl Future<Output = Result<Duration, Denied>> + '_ {
-        wait(self, costs, Some(timeout))
+    ) -> Result<Duration, Denied> {
+        let timeout = Some(timeout);
+        super::jittered::in_line::jittered_in_line(
+            self,
+            costs,
+            timeout,
+            self.jitter(),
+            &mut EmbassyTimer,
+        )
+        .await
     }
 }
 
@@ -138,7 +155,7 @@ async fn wait<L: TakeNow>(
 }
 
 /// Sleeps on embassy-time's timer queue, through its driver.
-struct EmbassyTimer;
+pub(super) struct EmbassyTimer;
 
 impl Sleeper for EmbassyTimer {
     fn sleep(&mut self, duration: Duration) -> impl Future<Output = ()> + '_ {

@@ -7,6 +7,14 @@ use crate::engine::sync::{AtomicU32, Ordering};
 
 /// Adds a random delay of up to `max` to a wait. Off by default ([`Jitter::none`]).
 ///
+/// Every wait takes one: a [`TokenBucket`](crate::TokenBucket)'s or an `AdjustableBucket`'s
+/// through [`bucket.jittered(&jitter)`](crate::Jittered), [`Limits`](crate::Limits) through
+/// [`with_jitter`](crate::Limits::with_jitter), tollgate-tower's backpressure layer through its
+/// `jitter`, and tollgate-redis's `RedisBucket` through its builder. Jitter spreads callers
+/// that wake at the same instant; it does not move a bucket's schedule, so for buckets that
+/// run in lockstep (workers splitting one quota, replicas started together) give each a phase:
+/// [`Quota::phase`](crate::Quota::phase), [`Quota::random_phase`](crate::Quota::random_phase).
+///
 /// Only ever lengthens a wait, so it never grants early and never changes what a bucket
 /// decides: it moves a caller's wake-up after its instant. The source is SplitMix64 over a seed
 /// and a draw counter, so a given seed gives the same sequence of delays on every run and tests
@@ -39,18 +47,24 @@ impl Default for Jitter {
 }
 
 impl Jitter {
-    /// No jitter: waits are exactly the reservations' waits.
-    pub fn none() -> Self {
-        Self::up_to(Duration::ZERO, 0)
+    crate::const_fn_unless_loom! {
+        /// No jitter: waits are exactly the reservations' waits.
+        pub const fn none() -> Self {
+            Self::up_to(Duration::ZERO, 0)
+        }
     }
 
-    /// Uniform jitter in `[0, max]` (to the nanosecond, `max` saturating at 584 years), from the
-    /// sequence that `seed` gives.
-    pub fn up_to(max: Duration, seed: u64) -> Self {
-        Self {
-            max_ns: u64::try_from(max.as_nanos()).unwrap_or(u64::MAX),
-            seed,
-            draws: AtomicU32::new(0),
+    crate::const_fn_unless_loom! {
+        /// Uniform jitter in `[0, max]` (to the nanosecond, `max` saturating at 584 years), from
+        /// the sequence that `seed` gives. `const`, so that firmware can keep one in a `static`
+        /// beside its bucket.
+        pub const fn up_to(max: Duration, seed: u64) -> Self {
+            let ns = max.as_nanos();
+            Self {
+                max_ns: if ns > u64::MAX as u128 { u64::MAX } else { ns as u64 },
+                seed,
+                draws: AtomicU32::new(0),
+            }
         }
     }
 
@@ -93,7 +107,7 @@ impl Jitter {
 }
 
 /// SplitMix64's output function (Steele, Lea and Flood, 2014).
-fn splitmix64(mut z: u64) -> u64 {
+pub(crate) const fn splitmix64(mut z: u64) -> u64 {
     z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);

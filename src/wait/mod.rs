@@ -10,6 +10,9 @@
 //! `acquire_with_delay` blocks, and has no line: it sleeps until the tokens are due and then
 //! tries, so it too takes nothing before it acts.
 //!
+//! Each of these waits also comes with a [`Jitter`] after a wait that slept, through
+//! [`Jittered`] (`bucket.jittered(&jitter).acquire(n)`), in the same line.
+//!
 //! # The seam for remote buckets
 //!
 //! A bucket whose take is a round trip (a script in Redis: the `tollgate-redis` crate) cannot
@@ -46,6 +49,7 @@ mod delay_async;
 mod embassy;
 mod gate;
 mod jitter;
+mod jittered;
 #[cfg(any(feature = "embassy-time", feature = "embedded-hal-async"))]
 mod line;
 #[cfg(feature = "tokio")]
@@ -66,7 +70,9 @@ pub use self::embassy::EmbassyWait;
 #[cfg(any(feature = "std", feature = "embedded-hal"))]
 pub(crate) use self::gate::ReserveNow;
 pub use self::gate::{CancelOnDrop, GiveBack, TakeLater};
+pub(crate) use self::jitter::splitmix64;
 pub use self::jitter::Jitter;
+pub use self::jittered::Jittered;
 #[cfg(any(feature = "embassy-time", feature = "embedded-hal-async"))]
 pub use self::line::{forget_timer_lateness, timer_lateness, waiters_in_line, LINE_CAPACITY};
 #[cfg(feature = "tokio")]

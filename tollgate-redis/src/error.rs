@@ -130,6 +130,12 @@ pub enum SetupError {
     Unrepresentable,
     /// The fallback quota of [`FaultPolicy::Fallback`](super::FaultPolicy) is invalid.
     Fallback(ConfigError),
+    /// The quota has a phase ([`Quota::phase`](tollgate::Quota::phase)): a phase spreads
+    /// buckets that each worker keeps for itself, while a bucket in Redis is one schedule that
+    /// every process shares, so there is nothing to spread. Build it without one; to spread
+    /// the processes drawing from it, give their waits a [`Jitter`](tollgate::Jitter)
+    /// ([`Builder::jitter`](super::Builder::jitter)).
+    Phased,
     /// Redis could not be reached when [`connect`](super::Builder::connect) required it: the
     /// connection failed or dropped, or Redis was loading or failing over. Displayed with the
     /// address and the cause; the error is also the `source()`.
@@ -173,6 +179,10 @@ impl fmt::Display for SetupError {
                  count tokens in coarser units or lower the burst",
             ),
             SetupError::Fallback(error) => write!(f, "invalid fallback quota: {error}"),
+            SetupError::Phased => f.write_str(
+                "a bucket in Redis is shared by every process and takes no phase; build its \
+                 quota without one (spread its waiters with a jitter instead)",
+            ),
             SetupError::Unreachable { address, error } => {
                 write!(f, "cannot reach Redis at {address}: {error}")
             }
@@ -203,9 +213,10 @@ impl std::error::Error for SetupError {
             SetupError::Unreachable { error, .. } | SetupError::Refused { error, .. } => {
                 Some(error)
             }
-            SetupError::Unrepresentable | SetupError::Timeout { .. } | SetupError::NoRuntime => {
-                None
-            }
+            SetupError::Unrepresentable
+            | SetupError::Phased
+            | SetupError::Timeout { .. }
+            | SetupError::NoRuntime => None,
             #[cfg(feature = "tls")]
             SetupError::Tls(error) => Some(error),
         }

@@ -46,6 +46,9 @@ impl Layout {
         let tokens = rate.tokens() as u128 * 1_000;
         let period_ns = rate.period().as_nanos();
         quota.validate().map_err(SetupError::Quota)?;
+        if quota.phase_fraction().0 != 0 {
+            return Err(SetupError::Phased);
+        }
         if quota.window().is_some() && tokens.saturating_mul(2) >= period_ns {
             return Err(SetupError::Quota(ConfigError::WindowTooCoarse));
         }
@@ -208,6 +211,11 @@ mod tests {
             (
                 Quota::within(1, Duration::from_secs(1)),
                 SetupError::Quota(ConfigError::BurstNotBelowCap),
+            ),
+            // one schedule shared by every process: nothing to phase
+            (
+                Quota::new(Rate::per_second(1)).start_empty().phase(1, 3),
+                SetupError::Phased,
             ),
         ];
         assert!(Layout::solve(&Quota::within(100_000, Duration::from_secs(1))).is_ok());

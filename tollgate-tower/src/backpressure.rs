@@ -14,7 +14,7 @@ use tower_service::Service;
 
 use super::{BoxError, RateLimited, ResponseFuture};
 use tollgate::wait::GiveBack;
-use tollgate::{Clock, DefaultWord, Denied, Reservation, TokenBucket, Word};
+use tollgate::{Clock, DefaultWord, Denied, Jitter, Reservation, TokenBucket, Word};
 
 /// Wraps services in [`Backpressure`]: each waits in `poll_ready` for its turn on one shared
 /// bucket, for at most `max_wait`.
@@ -33,6 +33,7 @@ use tollgate::{Clock, DefaultWord, Denied, Reservation, TokenBucket, Word};
 pub struct BackpressureLayer<C, W: Word = DefaultWord> {
     bucket: Arc<TokenBucket<C, W>>,
     max_wait: Duration,
+    jitter: Option<Arc<Jitter>>,
 }
 
 impl<C, W: Word> BackpressureLayer<C, W> {
@@ -41,6 +42,7 @@ impl<C, W: Word> BackpressureLayer<C, W> {
         Self {
             bucket,
             max_wait: Duration::MAX,
+            jitter: None,
         }
     }
 
@@ -50,6 +52,27 @@ impl<C, W: Word> BackpressureLayer<C, W> {
         self.max_wait = max_wait;
         self
     }
+
+    /// After a wait that slept, `poll_ready` waits a random delay from `jitter` more, holding
+    /// the token ([`tollgate::Jittered`]): services due at the same instant (after a pause, or
+    /// on buckets in lockstep) then call at spread instants. A service dropped during the
+    /// jitter gives its token back. Shared by every service of the layer.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use tollgate_tower::BackpressureLayer;
+    /// use tollgate::{Jitter, Quota, Rate, TokenBucket, TokioClock};
+    ///
+    /// let bucket = Arc::new(TokenBucket::try_new(Quota::new(Rate::per_second(10)), TokioClock::new())?);
+    /// let layer = BackpressureLayer::new(bucket).jitter(Jitter::up_to(Duration::from_millis(20), 7));
+    /// # let _ = layer;
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn jitter(mut self, jitter: Jitter) -> Self {
+        self.jitter = Some(Arc::new(jitter));
+        self
+    }
 }
 
 impl<C, W: Word> Clone for BackpressureLayer<C, W> {
@@ -57,6 +80,7 @@ impl<C, W: Word> Clone for BackpressureLayer<C, W> {
         Self {
             bucket: Arc::clone(&self.bucket),
             max_wait: self.max_wait,
+            jitter: self.jitter.clone(),
         }
     }
 }
@@ -69,6 +93,7 @@ impl<S, C, W: Word> Layer<S> for BackpressureLayer<C, W> {
             inner,
             bucket: Arc::clone(&self.bucket),
             max_wait: self.max_wait,
+            jitter: self.jitter.clone(),
             state: State::Idle,
         }
     }
@@ -85,11 +110,14 @@ impl<S, C, W: Word> Layer<S> for BackpressureLayer<C, W> {
 /// spent by `call` goes back to the bucket when the service is dropped (as tower's balancers and
 /// a shutting-down buffer do), less only what the burst cap would have cut since. A clone
 /// starts with no token and no place in line. Use [`TokioClock`](tollgate::TokioClock) for the
-/// bucket, so that it and the timer read the same clock.
+/// bucket, so that it and the timer read the same clock. With a
+/// [`jitter`](BackpressureLayer::jitter), a wait that slept is ready a random delay after its
+/// token's instant, holding the token meanwhile.
 pub struct Backpressure<S, C, W: Word = DefaultWord> {
     inner: S,
     bucket: Arc<TokenBucket<C, W>>,
     max_wait: Duration,
+    jitter: Option<Arc<Jitter>>,
     state: State,
 }
 
@@ -179,8 +207,17 @@ where
         if !matches!(self.state, State::Waiting(_)) {
             let bucket = Arc::clone(&self.bucket);
             let max_wait = self.max_wait;
+            let jitter = self.jitter.clone();
             self.state = State::Waiting(Box::pin(async move {
-                let token = bucket.acquire_reservation(1, max_wait).await?;
+                let token = match &jitter {
+                    Some(jitter) => {
+                        bucket
+                            .jittered(jitter)
+                            .acquire_reservation(1, max_wait)
+                            .await?
+                    }
+                    None => bucket.acquire_reservation(1, max_wait).await?,
+                };
                 Ok(Held {
                     bucket,
                     token: Some(token),
@@ -223,6 +260,7 @@ impl<S: Clone, C, W: Word> Clone for Backpressure<S, C, W> {
             inner: self.inner.clone(),
             bucket: Arc::clone(&self.bucket),
             max_wait: self.max_wait,
+            jitter: self.jitter.clone(),
             state: State::Idle,
         }
     }
@@ -232,6 +270,7 @@ impl<C, W: Word> fmt::Debug for BackpressureLayer<C, W> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("BackpressureLayer")
             .field("max_wait", &self.max_wait)
+            .field("jitter", &self.jitter)
             .finish_non_exhaustive()
     }
 }

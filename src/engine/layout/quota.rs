@@ -35,10 +35,41 @@ impl Layout {
         };
         let rate = Rate::new(n as u64, Duration::from_nanos(d as u64));
         let quota = Quota::new(rate).burst(self.burst());
-        if self.start_units == self.burst_units() {
+        // The start fill is the level rounded up to whole tokens (a level below zero is a
+        // phase's debt, under a token); what that leaves below the fill is the phase.
+        let upt = self.units_per_token.get();
+        let level = self.start_level();
+        let fill =
+            (level.div_euclid(upt as i64) + i64::from(level.rem_euclid(upt as i64) != 0)) as u64;
+        let quota = if fill == self.burst() {
             quota.start_full()
         } else {
-            quota.start_with(self.start_units / self.units_per_token.get())
+            quota.start_with(fill)
+        };
+        let deficit = (fill * upt) as i64 - level;
+        if deficit == 0 {
+            return quota;
         }
+        let (n, d) = phase_of(deficit as u128, upt as u128);
+        quota.phase(n as u16, d as u16)
+    }
+}
+
+/// The phase whose units are `deficit` of a token's `upt`: the fraction of the smallest parts
+/// (up to 256) that rounds down to them, as `Quota::phase` gave it (worker `i` of `k`);
+/// otherwise `deficit / upt` itself, to 16 bits.
+fn phase_of(deficit: u128, upt: u128) -> (u128, u128) {
+    for parts in 1..=256u128 {
+        let index = (deficit * parts).div_ceil(upt);
+        if index < parts && index * upt / parts == deficit {
+            return (index, parts);
+        }
+    }
+    let g = gcd(deficit, upt);
+    let (n, d) = (deficit / g, upt / g);
+    if d <= u128::from(u16::MAX) {
+        (n, d)
+    } else {
+        approx::best_lower(n, d, u128::from(u16::MAX), u128::from(u16::MAX))
     }
 }

@@ -292,7 +292,7 @@ impl Layout {
     #[inline]
     pub(crate) fn units_to_full(&self, word: u64, now_units: u64) -> u64 {
         if word == self.unused() {
-            return self.burst_units() - self.start_units;
+            return (self.burst_units() as i64 - self.start_level()) as u64;
         }
         let level = self.level(word, now_units);
         if level >= self.burst_units() as i64 {
