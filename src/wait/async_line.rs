@@ -9,7 +9,7 @@ use core::time::Duration;
 use super::line::{self, InLine, Line};
 use super::{CancelOnDrop, GiveBack};
 use crate::clock::{duration_to_ticks_ceil, duration_to_ticks_floor, ticks_to_duration_ceil};
-use crate::{Clock, Denied, Limits, TokenBucket, Word};
+use crate::{Clock, Denied, Jitter, Limits, TokenBucket, Word};
 
 /// A limit the no-heap async waits serve: a take that takes nothing when it denies, a take
 /// ahead of the tokens' instant that the wait holds until then (given back if it is dropped),
@@ -91,7 +91,20 @@ pub(crate) async fn wait_in_line<L: TakeNow, S: Sleeper>(
     timeout: Option<Duration>,
     sleeper: &mut S,
 ) -> Result<Duration, L::Error> {
+    wait_in_line_jittered(limit, cost, timeout, &Jitter::none(), sleeper).await
+}
+
+/// [`wait_in_line`], then `jitter` after a wait that slept, holding the take: a future dropped
+/// during the jitter gives it back. A wait served at its first look gets no jitter.
+pub(crate) async fn wait_in_line_jittered<L: TakeNow, S: Sleeper>(
+    limit: &L,
+    cost: L::Cost,
+    timeout: Option<Duration>,
+    jitter: &Jitter,
+    sleeper: &mut S,
+) -> Result<Duration, L::Error> {
     limit.fits(cost)?;
+    let mut slept = false;
     let start = limit.now_ticks();
     // A timeout beyond half the clock's range is longer than any wait the word can hold (and
     // would read as past in the signed comparisons): no deadline.
@@ -117,9 +130,14 @@ pub(crate) async fn wait_in_line<L: TakeNow, S: Sleeper>(
                     let at = now.wrapping_add(duration_to_ticks_ceil::<L::Clock>(due_in));
                     sleeper.sleep(due_in).await;
                     learn_lateness(limit, at);
+                    slept = true;
+                }
+                let extra = if slept { jitter.next() } else { Duration::ZERO };
+                if !extra.is_zero() {
+                    sleeper.sleep(extra).await;
                 }
                 guard.keep();
-                return Ok(waited(now).saturating_add(due_in));
+                return Ok(waited(now).saturating_add(due_in).saturating_add(extra));
             }
             Next::Refused(refused) => return Err(refused),
             Next::Sleep(until, turn) => (until, turn),
@@ -131,6 +149,7 @@ pub(crate) async fn wait_in_line<L: TakeNow, S: Sleeper>(
                 if ticks <= 0 {
                     continue;
                 }
+                slept = true;
                 let sleep = sleeper.sleep(ticks_to_duration_ceil::<L::Clock>(ticks as u64));
                 let fired = match place {
                     Some(place) => !first_of(place.turn(), sleep).await,
@@ -143,7 +162,10 @@ pub(crate) async fn wait_in_line<L: TakeNow, S: Sleeper>(
                     learn_lateness(limit, at);
                 }
             }
-            (None, Some(place)) => place.turn().await,
+            (None, Some(place)) => {
+                slept = true;
+                place.turn().await;
+            }
             // Every look that leaves a waiter out of line names an instant.
             (None, None) => {}
         }

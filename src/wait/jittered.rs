@@ -280,114 +280,24 @@ crate::with_atomic64! {
 
 #[cfg(any(feature = "embassy-time", feature = "embedded-hal-async"))]
 pub(super) mod in_line {
-    //! The no-heap async waits with jitter: the limit's own line, a take that reserves so it
-    //! can be given back, and the jitter slept holding it.
+    //! The no-heap async waits with jitter: the limit's own line (jittered waiters and plain
+    //! ones queue together), and the jitter slept holding the take.
 
-    use core::cell::Cell;
     use core::time::Duration;
 
-    use super::super::async_line::{wait_in_line, Sleeper, TakeNow};
-    use super::super::{CancelOnDrop, GiveBack};
-    use crate::{Clock, Denied, Jitter, Limits, TokenBucket, Word};
-
-    /// A limit whose take can be held and given back: a bucket, or a `Limits`.
-    pub(in crate::wait) trait HoldNow:
-        TakeNow<Error = Denied> + GiveBack<Cost = <Self as TakeNow>::Cost>
-    {
-        /// Takes `cost` now, to be acted on or given back; a denial takes nothing and decides
-        /// as `take_now` does.
-        fn hold_now(&self, cost: <Self as TakeNow>::Cost) -> Result<Self::Taken, Denied>;
-    }
-
-    impl<C: Clock, W: Word> HoldNow for TokenBucket<C, W> {
-        fn hold_now(&self, n: u32) -> Result<Self::Taken, Denied> {
-            self.reserve(n, Duration::ZERO)
-        }
-    }
-
-    impl<C: Clock, const N: usize, W: Word> HoldNow for Limits<'_, C, N, W> {
-        fn hold_now(&self, costs: [u32; N]) -> Result<Self::Taken, Denied> {
-            self.reserve(costs, Duration::ZERO)
-        }
-    }
-
-    /// The limit, taking through `hold_now` so that its take can be held and given back.
-    struct Holding<'a, L: HoldNow> {
-        limit: &'a L,
-        taken: Cell<Option<L::Taken>>,
-    }
-
-    impl<L: HoldNow> TakeNow for Holding<'_, L> {
-        type Cost = <L as TakeNow>::Cost;
-        type Error = Denied;
-        fn line_key(&self) -> usize {
-            // The limit's own line: jittered waiters and plain ones queue together.
-            self.limit.line_key()
-        }
-        fn fits(&self, cost: Self::Cost) -> Result<(), Denied> {
-            self.limit.fits(cost)
-        }
-        fn take_now(&self, cost: Self::Cost) -> Result<(), Denied> {
-            let taken = self.limit.hold_now(cost)?;
-            self.taken.set(Some(taken));
-            Ok(())
-        }
-        fn due_in(denied: &Denied) -> Option<Duration> {
-            L::due_in(denied)
-        }
-        fn now_ticks(&self) -> u64 {
-            self.limit.now_ticks()
-        }
-        fn ticks_to_duration(&self, ticks: u64) -> Duration {
-            self.limit.ticks_to_duration(ticks)
-        }
-    }
-
-    /// A sleeper that notes whether it slept: a wait served at once gets no jitter.
-    struct Noting<'s, S> {
-        sleeper: &'s mut S,
-        slept: bool,
-    }
-
-    impl<S: Sleeper> Sleeper for Noting<'_, S> {
-        fn sleep(&mut self, duration: Duration) -> impl core::future::Future<Output = ()> + '_ {
-            self.slept = true;
-            self.sleeper.sleep(duration)
-        }
-    }
+    use super::super::async_line::{wait_in_line_jittered, Sleeper, TakeNow};
+    use crate::{Denied, Jitter};
 
     /// Waits in `limit`'s line as its own no-heap waits do, then sleeps the jitter holding
     /// the take, if the wait slept.
-    pub(in crate::wait) async fn jittered_in_line<L: HoldNow, S: Sleeper>(
+    pub(in crate::wait) async fn jittered_in_line<L: TakeNow<Error = Denied>, S: Sleeper>(
         limit: &L,
-        cost: <L as TakeNow>::Cost,
+        cost: L::Cost,
         timeout: Option<Duration>,
         jitter: &Jitter,
         sleeper: &mut S,
     ) -> Result<Duration, Denied> {
-        let holding = Holding {
-            limit,
-            taken: Cell::new(None),
-        };
-        let mut noting = Noting {
-            sleeper,
-            slept: false,
-        };
-        let waited = wait_in_line(&holding, cost, timeout, &mut noting).await?;
-        let Some(taken) = holding.taken.take() else {
-            return Ok(waited);
-        };
-        let guard = CancelOnDrop::new(limit, taken);
-        let extra = if noting.slept {
-            jitter.next()
-        } else {
-            Duration::ZERO
-        };
-        if !extra.is_zero() {
-            noting.sleeper.sleep(extra).await;
-        }
-        guard.keep();
-        Ok(waited.saturating_add(extra))
+        wait_in_line_jittered(limit, cost, timeout, jitter, sleeper).await
     }
 }
 
