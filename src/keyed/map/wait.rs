@@ -378,11 +378,15 @@ where
         on_shards!(&self.tables, shards => {
             let shard = &shards[shard];
             let entries = shard.read();
-            if let Some(entry) = entries.find(hash, key) {
+            let found = match entries.protected.find(hash, |e| e.key() == key) {
+                Some(entry) => Some((entry, true)),
+                None => entries.fresh.find(hash, |e| e.key() == key).map(|e| (e, false)),
+            };
+            if let Some((entry, protected)) = found {
                 let tier = self.solved_of(entry);
                 let p = &tier.layout;
                 let word = W::load(entry.word());
-                let units = units_to_evictable(p, word, p.units_at(now), tier.guard(true));
+                let units = units_to_evictable(p, word, p.units_at(now), tier.guard(protected));
                 let evictable = now.wrapping_add(p.ticks_until(now, units));
                 lower(&shard.due_ticks, now, evictable);
                 lower(&self.next_room_ticks, now, evictable);
