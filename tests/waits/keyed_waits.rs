@@ -655,3 +655,19 @@ async fn a_keyed_wait_dropped_while_holding_its_take_ahead_gives_it_back() {
     assert_eq!(last.await.unwrap(), (Ok(ms(2_998)), ms(2_998)));
     assert_eq!(limiter.available(&1), 0);
 }
+
+/// A wait's future is small: the line's state is boxed, built only for a wait that waits, so
+/// a server spawning a wait per request that takes at once allocates little.
+#[test]
+fn a_keyed_waits_future_is_small() {
+    let limiter = KeyedLimiter::<u64, TokioClock>::try_new(
+        per_second(1, 1),
+        TokioClock::new(),
+        16,
+        WhenFull::Refuse,
+    );
+    let limiter = limiter.unwrap();
+    let size = std::mem::size_of_val(&limiter.acquire(&1, 1));
+    println!("future: {size} bytes");
+    assert!(size <= 128, "{size} bytes");
+}

@@ -595,11 +595,16 @@ where
         if let Some(settled) = settled {
             return settled.map(|()| Duration::ZERO);
         }
-        let line = KeyLine::join(self, key, n, hash, shard)?;
-        let waiter = waiter(&line, n, timeout)?;
-        crate::wait::acquire_async(&line, waiter, n, &crate::Jitter::none())
-            .await
-            .map_err(KeyedDenied::from)
+        // Boxed: the line's state (the key's handle, the place in line, the timer) is built
+        // only for a wait that waits, and a future that takes at once stays small.
+        Box::pin(async move {
+            let line = KeyLine::join(self, key, n, hash, shard)?;
+            let waiter = waiter(&line, n, timeout)?;
+            crate::wait::acquire_async(&line, waiter, n, &crate::Jitter::none())
+                .await
+                .map_err(KeyedDenied::from)
+        })
+        .await
     }
 
     /// Takes `n` tokens from `key`'s bucket, blocking the thread in `key`'s line and then until
