@@ -46,13 +46,46 @@ fn tokio_limiter<K: std::hash::Hash + Eq + Clone>(quota: Quota, capacity: usize)
 /// soon as it is served, for 10.5 s of paused time. Every key gets exactly
 /// `floor(burst + rate × 10.5 s)` = 11 grants, one a second from 0 s to 10 s, and every key's
 /// waiters are served in the order they lined up (no inversion among 11 000 grants).
+///
+/// Under eviction pressure all along: the table holds exactly the 1 000 keys, with no
+/// protection or probation window (any full bucket is evictable at once), a flood of new keys
+/// asks for a slot every 10 ms and a sweep runs every 100 ms. No key with waiters is evicted,
+/// so the flood finds no room and the sweeps evict nothing. (Here a waited-on bucket never
+/// reads full: its waiters take each token as it accrues. The tests that fail without the pins,
+/// where a bucket reads full while its waiter sleeps, are `a_sweep_never_evicts_*` and
+/// `a_full_table_evicts_no_key_with_waiters`.)
 #[tokio::test(flavor = "current_thread", start_paused = true)]
 async fn ten_thousand_tasks_over_a_thousand_keys_get_exactly_their_bound_in_arrival_order() {
     const KEYS: u64 = 1_000;
     const TASKS_PER_KEY: u64 = 10;
-    let limiter = tokio_limiter::<u64>(per_second(1, 1), 2_000);
+    let limiter: Arc<Tokio<u64>> = Arc::new(
+        KeyedLimiter::builder(per_second(1, 1), TokioClock::new())
+            .capacity(KEYS as usize)
+            .probation(Duration::ZERO)
+            .protection(Duration::ZERO)
+            .when_full(WhenFull::Refuse)
+            .build()
+            .unwrap(),
+    );
     let start = Instant::now();
     let end = start + ms(10_500);
+    let pressure = {
+        let limiter = limiter.clone();
+        tokio::spawn(async move {
+            let (mut newcomers_granted, mut evicted) = (0, 0);
+            sleep(ms(100)).await; // every key is in by then
+            for tick in 0..1_030u64 {
+                if limiter.try_acquire(&(1_000_000 + tick), 1).is_ok() {
+                    newcomers_granted += 1;
+                }
+                if tick % 10 == 0 {
+                    evicted += limiter.sweep();
+                }
+                sleep(ms(10)).await;
+            }
+            (newcomers_granted, evicted)
+        })
+    };
     // Per key: the next arrival's number, and the (arrival, grant instant) of each grant in
     // the order the grants came.
     let arrivals: Arc<Vec<AtomicU64>> = Arc::new((0..KEYS).map(|_| AtomicU64::new(0)).collect());
@@ -81,6 +114,7 @@ async fn ten_thousand_tasks_over_a_thousand_keys_get_exactly_their_bound_in_arri
     while let Some(done) = tasks.join_next().await {
         done.unwrap();
     }
+    let (newcomers_granted, evicted) = pressure.await.unwrap();
     let (mut total, mut inversions, mut most_in_a_second) = (0, 0, 0);
     for (key, grants) in grants.iter().enumerate() {
         let grants = grants.lock().unwrap();
@@ -103,9 +137,10 @@ async fn ten_thousand_tasks_over_a_thousand_keys_get_exactly_their_bound_in_arri
         total += grants.len();
     }
     println!(
-        "{KEYS} keys, {} tasks, 10.5 s: {total} grants, 11 a key, at most {most_in_a_second} in any second of a key, {inversions} inversions",
+        "{KEYS} keys, {} tasks, 10.5 s: {total} grants, 11 a key, at most {most_in_a_second} in any second of a key, {inversions} inversions; 1 030 newcomers: {newcomers_granted} granted, {evicted} evicted by sweeps",
         KEYS * TASKS_PER_KEY
     );
+    assert_eq!((newcomers_granted, evicted), (0, 0));
     assert_eq!(total, 11 * KEYS as usize);
     assert_eq!(most_in_a_second, 1);
     assert_eq!(inversions, 0);
