@@ -21,6 +21,11 @@
 //!   from one overflow bucket that all such newcomers share.
 //! - **The cap is the table's.** [`KeyedDenied::Full`] means the table holds exactly its
 //!   capacity of keys, however it is sharded.
+//! - **A key with waiters is kept.** While a wait is lined up on a key (`KeyedLimiter`'s
+//!   `acquire`, `acquire_timeout` and `acquire_blocking`; `KeyedTable`'s embassy `acquire`), its
+//!   bucket is never evicted, whatever it holds, and counts as protected: no eviction hands a
+//!   waited-on key's burst out again. A newcomer's wait that finds no room gets what
+//!   [`WhenFull`] says, at once.
 //!
 //! Eviction changes no decision when the quota starts full (the default). With
 //! [`Quota::start_empty`](crate::Quota::start_empty) or a lower start fill, a key that comes back
