@@ -737,6 +737,22 @@ fn hand_on<B: Lined>(line: &mut Line, bucket: &B, now: u64) -> Option<Waker> {
     }
 }
 
+/// Tokens went back to `bucket` outside its line (a take held ahead of its instant, dropped
+/// with its `CancelOnDrop`): wakes the head of the line if its timer would fire later than its
+/// tokens now fall due, as [`hand_on`] does when a head leaves, so that the head is served at
+/// the turn the dropped take would have had. A wake only when someone gave up.
+pub(crate) fn given_back<B: Lined>(bucket: &B) {
+    if nobody_waits([bucket]) {
+        return;
+    }
+    let key = key_of(bucket);
+    let mut locked = Locked::<1>::lock(&[key]);
+    let now = bucket.now_ticks();
+    let waker = locked.line(key).and_then(|line| hand_on(line, bucket, now));
+    // Woken when the lock is released.
+    locked.wake[0] = waker;
+}
+
 /// The whole nanoseconds of `ticks`, rounded down: how far ahead a take may come, which must
 /// not reach past what the ticks allow. Off the hot path (once per look of a lined waiter).
 fn ticks_to_duration_floor<C: Clock>(ticks: u64) -> Duration {

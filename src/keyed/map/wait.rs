@@ -239,24 +239,29 @@ where
 
     /// The refund rule of `TokenBucket`'s waits: what was taken, less what the burst cap would
     /// have cut since; nothing if the clock stepped back past the take, or if the key moved to
-    /// another tier meanwhile (its units are no longer the take's).
+    /// another tier meanwhile (its units are no longer the take's). What goes back is the next
+    /// waiter's sooner: the head of the key's line is woken if its timer would come later.
     fn give_back(&self, taken: KeyTake) {
         let now = self.limiter.clock.now();
         if (now.wrapping_sub(taken.made_ticks) as i64) < 0 {
             return;
         }
-        self.with_word(|word, tier, index| {
+        let given = self.with_word(|word, tier, index| {
             if index != taken.tier {
-                return;
+                return false;
             }
             let p = &tier.layout;
-            let _nothing_to_give_back =
-                WordCell::<W>::new(word, p).update(now, |word, now_units| {
+            WordCell::<W>::new(word, p)
+                .update(now, |word, now_units| {
                     p.refund(word, now_units, taken.due_units, taken.cost)
                         .map(|word| (word, ()))
                         .ok_or(())
-                });
+                })
+                .is_ok()
         });
+        if given == Some(true) {
+            crate::wait::queue::given_back(self);
+        }
     }
 }
 
