@@ -71,8 +71,8 @@ use tables::{
 ///   next round is due (the `Retry-After` of a 503).
 ///
 /// **Waits.** `acquire` and `acquire_timeout` (feature `tokio`) and
-/// [`acquire_blocking`](Self::acquire_blocking) wait per key, in a line of
-/// the key's own, with `TokenBucket`'s rules; a key with waiters is never evicted (see
+/// [`acquire_blocking`](Self::acquire_blocking) wait per key, in a line of the key's own, with
+/// `TokenBucket`'s rules; a key with waiters is never evicted (see
 /// [the waits](#waits-per-key-features-tokio-and-std)). Most clients that must be polite per
 /// key (a crawler per host, a job per provider) call `acquire`; servers refusing with a `429`
 /// call [`try_acquire`](Self::try_acquire).
@@ -513,8 +513,8 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word, S: BuildHasher> KeyedLimiter<K, C,
 
     /// Protected keys held now: those granted a second time while held, never more than their
     /// share of three quarters of the capacity, and every key that tasks or threads wait on
-    /// (see [`acquire_blocking`](Self::acquire_blocking)), beyond that share if it must: a key with waiters is
-    /// never evicted. Counted as [`len`](Self::len) counts keys.
+    /// (see [`acquire_blocking`](Self::acquire_blocking)), beyond that share if it must: a key
+    /// with waiters is never evicted. Counted as [`len`](Self::len) counts keys.
     pub fn protected_len(&self) -> usize {
         self.protected_held.load(Ordering::Relaxed)
     }

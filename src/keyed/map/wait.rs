@@ -115,8 +115,8 @@ where
     S: BuildHasher,
 {
     /// Pins `key` and holds its bucket in its shard's protected table (adding it if it is not
-    /// held, unless `n` is above its tier's burst); with no room for it, the overflow's line under [`WhenFull::Admit`], or
-    /// [`KeyedDenied::Full`] under [`WhenFull::Refuse`].
+    /// held, unless `n` is above its tier's burst); with no room for it, the overflow's line
+    /// under [`WhenFull::Admit`], or [`KeyedDenied::Full`] under [`WhenFull::Refuse`].
     fn join(
         limiter: &'l KeyedLimiter<K, C, W, S>,
         key: &K,
