@@ -446,8 +446,19 @@ async fn when_full_decides_a_newcomers_wait() {
         ]
     );
     assert_eq!(admit.len(), 1, "no newcomer took a slot");
-    // Above the overflow bucket's burst: refused at once.
-    assert!(admit.acquire(&9, 2).await.is_err());
+    // Above every burst: refused at once, with no key waited on in the shard and with one
+    // (the wait then takes the line's path).
+    let above = Err(KeyedDenied::Denied(Denied::ExceedsCapacity { burst: 1 }));
+    assert_eq!(admit.acquire(&9, 2).await, above);
+    let behind = {
+        let admit = admit.clone();
+        tokio::spawn(async move { admit.acquire(&0, 1).await })
+    };
+    tokio::task::yield_now().await;
+    for newcomer in 10..20 {
+        assert_eq!(admit.acquire(&newcomer, 2).await, above);
+    }
+    assert!(behind.await.unwrap().is_ok());
 }
 
 /// Sweeps running throughout the waits (as a server's timer runs them) evict only keys nobody

@@ -135,7 +135,11 @@ where
         };
         match held {
             Ok(()) => Ok(this),
-            Err(KeyedDenied::Full { .. }) if limiter.when_full == WhenFull::Admit => {
+            // Above the overflow bucket's burst: `Full`, as `try_acquire` answers it.
+            Err(KeyedDenied::Full { .. })
+                if limiter.when_full == WhenFull::Admit
+                    && u64::from(n) <= limiter.first.layout.burst() =>
+            {
                 limiter.unpin(key, hash, shard);
                 this.target = Target::Overflow;
                 Ok(this)
