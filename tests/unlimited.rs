@@ -187,6 +187,41 @@ mod keyed {
     }
 
     #[test]
+    fn waits_on_an_unlimited_keyed_limiter_return_at_once() {
+        let limiter =
+            KeyedLimiter::try_new(Quota::unlimited(), tollgate::StdClock, 4, WhenFull::Refuse)
+                .unwrap();
+        for key in 0..100u32 {
+            assert_eq!(limiter.acquire_blocking(&key, u32::MAX), Ok(Duration::ZERO));
+            assert_eq!(
+                limiter.acquire_blocking_timeout(&key, 1, Duration::ZERO),
+                Ok(Duration::ZERO)
+            );
+        }
+        assert_eq!(limiter.len(), 0);
+    }
+
+    #[cfg(feature = "tokio")]
+    #[tokio::test(start_paused = true)]
+    async fn async_waits_on_an_unlimited_keyed_limiter_return_at_once() {
+        let limiter = KeyedLimiter::try_new(
+            Quota::unlimited(),
+            tollgate::TokioClock::new(),
+            4,
+            WhenFull::Refuse,
+        )
+        .unwrap();
+        for key in 0..100u32 {
+            assert_eq!(limiter.acquire(&key, u32::MAX).await, Ok(Duration::ZERO));
+            assert_eq!(
+                limiter.acquire_timeout(&key, 1, Duration::ZERO).await,
+                Ok(Duration::ZERO)
+            );
+        }
+        assert_eq!(limiter.len(), 0);
+    }
+
+    #[test]
     fn a_limited_keyed_limiter_still_refuses_above_its_burst() {
         let clock = ManualClock::new();
         let limiter = KeyedLimiter::try_new(

@@ -24,6 +24,7 @@ mod builder;
 mod hasher;
 mod swiss;
 mod tables;
+mod wait;
 
 use crate::engine::cell::WordCell;
 pub use builder::KeyedLimiterBuilder;
@@ -68,6 +69,13 @@ use tables::{
 ///   scan per sixteenth of a shard freed, never a scan per key. If nothing could be freed
 ///   the key gets what [`WhenFull`] says, and [`until_room`](Self::until_room) says when the
 ///   next round is due (the `Retry-After` of a 503).
+///
+/// **Waits.** `acquire` and `acquire_timeout` (feature `tokio`) and
+/// [`acquire_blocking`](Self::acquire_blocking) wait per key, in a line of the key's own, with
+/// `TokenBucket`'s rules; a key with waiters is never evicted (see
+/// [the waits](#waits-per-key-features-tokio-and-std)). Most clients that must be polite per
+/// key (a crawler per host, a job per provider) call `acquire`; servers refusing with a `429`
+/// call [`try_acquire`](Self::try_acquire).
 ///
 /// [`sweep`](Self::sweep) evicts everything evictable at once and shrinks the tables, for a
 /// timer that keeps memory low between floods; on the 32-bit word it also keeps every key
@@ -164,6 +172,8 @@ pub struct KeyedLimiter<K, C, W: Word = DefaultWord, S = KeyHasher> {
     sweeping: AtomicBool,
     /// The bucket that newcomers without a slot share under [`WhenFull::Admit`].
     overflow: W::Atomic,
+    /// Each shard's keys with waiters: never evicted while they have them.
+    pins: Box<[wait::Pins<K>]>,
 }
 
 /// The most shards a limiter has.
@@ -294,6 +304,7 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word, S: BuildHasher> KeyedLimiter<K, C,
             next_room_ticks: AtomicU64::new(now),
             sweeping: AtomicBool::new(false),
             overflow: W::cell(first.layout.unused()),
+            pins: (0..count).map(|_| wait::Pins::new()).collect(),
         })
     }
 
@@ -473,8 +484,8 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word, S: BuildHasher> KeyedLimiter<K, C,
         let mut next = now.wrapping_add(NEVER_TICKS);
         let mut evicted = 0;
         on_shards!(&self.tables, shards => {
-            for shard in shards.iter() {
-                evicted += self.sweep_shard(shard, now);
+            for (shard, pins) in shards.iter().zip(self.pins.iter()) {
+                evicted += self.sweep_shard(shard, pins, now);
                 next = earliest(now, next, shard.due_ticks.load(Ordering::Relaxed));
             }
         });
@@ -520,8 +531,10 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word, S: BuildHasher> KeyedLimiter<K, C,
         self.held.load(Ordering::Relaxed)
     }
 
-    /// Protected keys held now (those granted a second time while held), never more than their
-    /// share of three quarters of the capacity; counted as [`len`](Self::len) counts keys.
+    /// Protected keys held now: those granted a second time while held, never more than their
+    /// share of three quarters of the capacity, and every key that tasks or threads wait on
+    /// (see [`acquire_blocking`](Self::acquire_blocking)), beyond that share if it must: a key
+    /// with waiters is never evicted. Counted as [`len`](Self::len) counts keys.
     pub fn protected_len(&self) -> usize {
         self.protected_held.load(Ordering::Relaxed)
     }
@@ -755,9 +768,9 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word, S: BuildHasher> KeyedLimiter<K, C,
         let mut next = now.wrapping_add(NEVER_TICKS);
         let mut evicted = 0;
         on_shards!(&self.tables, shards => {
-            for shard in shards.iter() {
+            for (shard, pins) in shards.iter().zip(self.pins.iter()) {
                 if reached(now, shard.due_ticks.load(Ordering::Relaxed)) {
-                    evicted += self.sweep_shard(shard, now);
+                    evicted += self.sweep_shard(shard, pins, now);
                 }
                 next = earliest(now, next, shard.due_ticks.load(Ordering::Relaxed));
             }
@@ -768,9 +781,16 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word, S: BuildHasher> KeyedLimiter<K, C,
 
     /// Evicts what may go from one shard, re-anchors what stays, records when a sixteenth of
     /// it will be evictable, and shrinks its tables if eviction left them mostly empty. Returns how
-    /// many were evicted.
-    fn sweep_shard<E: Slot<Key = K, Word = W>>(&self, shard: &Shard<E>, now: u64) -> usize {
+    /// many were evicted. A key with waiters (in `pins`) stays, whatever its bucket holds; it
+    /// is not counted in when the shard is due again: its last waiter lowers that hint.
+    fn sweep_shard<E: Slot<Key = K, Word = W>>(
+        &self,
+        shard: &Shard<E>,
+        pins: &wait::Pins<K>,
+        now: u64,
+    ) -> usize {
         let mut entries = shard.write();
+        let pinned = pins.if_any();
         let mut to_evictable_ticks = Vec::new();
         let mut keep = |entry: &mut E, protected: bool| {
             let tier = self.solved_of(entry);
@@ -779,6 +799,10 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word, S: BuildHasher> KeyedLimiter<K, C,
             let word = W::load(entry.word());
             let units = units_to_evictable(p, word, now_units, tier.guard(protected));
             if units == 0 {
+                if wait::pinned(&pinned, entry.key()) {
+                    touch_word::<W>(entry.word(), p, now_units, tier.kept_age_units());
+                    return true;
+                }
                 return false;
             }
             touch_word::<W>(entry.word(), p, now_units, tier.kept_age_units());

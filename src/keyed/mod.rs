@@ -21,6 +21,11 @@
 //!   from one overflow bucket that all such newcomers share.
 //! - **The cap is the table's.** [`KeyedDenied::Full`] means the table holds exactly its
 //!   capacity of keys, however it is sharded.
+//! - **A key with waiters is kept.** While a wait is lined up on a key (`KeyedLimiter`'s
+//!   `acquire`, `acquire_timeout` and `acquire_blocking`; `KeyedTable`'s embassy `acquire`), its
+//!   bucket is never evicted, whatever it holds, and counts as protected: no eviction hands a
+//!   waited-on key's burst out again. A newcomer's wait that finds no room gets what
+//!   [`WhenFull`] says, at once.
 //!
 //! Eviction changes no decision when the quota starts full (the default). With
 //! [`Quota::start_empty`](crate::Quota::start_empty) or a lower start fill, a key that comes back
@@ -57,16 +62,27 @@ pub(crate) const DEFAULT_PROTECTION: Duration = Duration::from_secs(60);
 pub(crate) const DEFAULT_PROBATION: Duration = Duration::from_secs(1);
 
 /// What a keyed table does with a new key that finds no slot: every slot holds a bucket that is
-/// not full, or a protected one within its window. There is no default: the choice is the
-/// caller's, and it is written where the table is built.
+/// not full, or a protected one within its window (or, in a `KeyedLimiter`, a key that tasks
+/// wait on). There is no default: the choice is the caller's, and it is written where the table
+/// is built.
+///
+/// **Waits.** A wait for a new key that finds no slot (`KeyedLimiter::acquire`,
+/// `acquire_timeout`, `acquire_blocking`) never waits for room in the table, which comes only
+/// as other keys' buckets fill and nothing announces: under `Refuse` it fails at once with
+/// [`KeyedDenied::Full`], taking nothing and joining no line; under `Admit` it waits in the
+/// overflow bucket's line, in arrival order with every other such newcomer (the fixed
+/// `KeyedTable`'s embassy wait fails at once with `Full` under either).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub enum WhenFull {
     /// Bounded fail-open: every newcomer without a slot draws from one overflow bucket on the
     /// table's own quota, shared by all of them, so the untracked keys together get at most one
-    /// key's rate; when it is empty the newcomer gets [`KeyedDenied::Full`].
+    /// key's rate; when it is empty the newcomer gets [`KeyedDenied::Full`] (a newcomer's wait
+    /// on a `KeyedLimiter` waits in that bucket's line instead, and gets `Full` only for a
+    /// request above its burst).
     Admit,
-    /// Fail closed: refuse with [`KeyedDenied::Full`]. Strictness over availability.
+    /// Fail closed: refuse with [`KeyedDenied::Full`]. Strictness over availability. A
+    /// newcomer's wait is refused at once, as its `try_acquire` would be.
     Refuse,
 }
 

@@ -91,9 +91,10 @@ use crate::{Denied, Quota};
 /// ```
 pub struct KeyedTable<K, C, const N: usize, W: Word = DefaultWord, const T: usize = 1> {
     slots: SlotLock<Slots<K, N>>,
-    /// Per slot: calls between finding the slot and finishing their update. A slot in use is
-    /// never evicted and never changes tier, so no call updates a word that has changed keys
-    /// or layout under it.
+    /// Per slot: calls between finding the slot and finishing their update, and [`WAITER`]
+    /// for each wait lined up on its key. A slot in use is never evicted, and never changes
+    /// tier while a call updates it, so no call updates a word that has changed keys or layout
+    /// under it.
     users: [AtomicU32; N],
     words: [W::Atomic; N],
     /// The bucket that newcomers without a slot share under [`WhenFull::Admit`], on the first
@@ -118,6 +119,12 @@ struct Slots<K, const N: usize> {
     protected: [bool; N],
     protected_len: usize,
 }
+
+/// What a wait lined up on a key counts on its slot's users: above every count of calls in
+/// flight (fewer than `WAITER` at once: one per context that can run), so that a key with
+/// waiters is never evicted, while `set_tier` still tells calls updating the word (the bits
+/// below) from waiters, which read the tier afresh at each take.
+const WAITER: u32 = 1 << 16;
 
 /// Why `enter` found no slot.
 enum NoSlot {
@@ -330,7 +337,7 @@ impl<K: Eq, C: Clock, const N: usize, W: Word, const T: usize> KeyedTable<K, C, 
             };
             // Acquire: pairs with the Release of the last user, so its word is final. Users
             // count in only under the critical section: none can start before this ends.
-            if self.users[slot].load(Ordering::Acquire) != 0 {
+            if self.users[slot].load(Ordering::Acquire) % WAITER != 0 {
                 return Err(SetTierError::Busy);
             }
             let from = &self.solved(slots.tiers[slot]).layout;
@@ -441,7 +448,8 @@ impl<K: Eq, C: Clock, const N: usize, W: Word, const T: usize> KeyedTable<K, C, 
         self.slots.with(|slots| slots.keys.iter().flatten().count())
     }
 
-    /// Protected keys in the table now: those granted a second time while held.
+    /// Protected keys in the table now: those granted a second time while held, and those
+    /// with a wait lined up (feature `embassy-time`), beyond the share if they must.
     pub fn protected_len(&self) -> usize {
         self.slots.with(|slots| slots.protected_len)
     }
@@ -576,6 +584,36 @@ impl<K: Eq, C: Clock, const N: usize, W: Word, const T: usize> KeyedTable<K, C, 
         best.map(|(_, _, slot)| slot)
     }
 
+    /// Counts a wait in on `key`'s slot (claiming one for a new key, as `try_acquire` does)
+    /// and protects it, beyond the share if it must: a slot with waiters is never evicted, so
+    /// no eviction hands its burst out again. `Ok(None)` when the key finds no slot under
+    /// [`WhenFull::Admit`] (the wait draws from the overflow bucket, unpinned); an error when
+    /// it finds none under [`WhenFull::Refuse`], or when `n` is above its tier's burst.
+    #[cfg(feature = "embassy-time")]
+    pub(crate) fn pin(
+        &self,
+        key: K,
+        n: u32,
+    ) -> Result<Option<Pinned<'_, K, C, N, W, T>>, KeyedDenied> {
+        let (slot, _, tier) = match self.enter(key, self.clock.now()) {
+            Ok(entered) => entered,
+            Err(NoSlot::UnknownTier(tier)) => return Err(KeyedDenied::UnknownTier(tier)),
+            Err(NoSlot::Full) if self.when_full == WhenFull::Admit => return Ok(None),
+            Err(NoSlot::Full) => return Err(KeyedDenied::Full { capacity: N }),
+        };
+        // From a call's count to a wait's: counted in all along, the slot cannot change keys.
+        self.users[slot].fetch_add(WAITER - 1, Ordering::Relaxed);
+        let pinned = Pinned { table: self, slot };
+        self.slots.with(|slots| {
+            if !slots.protected[slot] {
+                slots.protected[slot] = true;
+                slots.protected_len += 1;
+            }
+        });
+        self.solved(tier).layout.cost(n)?;
+        Ok(Some(pinned))
+    }
+
     /// Protects `slot`'s key after its second grant, within the share of protected keys.
     fn promote(&self, slot: usize) {
         self.slots.with(|slots| {
@@ -584,6 +622,21 @@ impl<K: Eq, C: Clock, const N: usize, W: Word, const T: usize> KeyedTable<K, C, 
                 slots.protected_len += 1;
             }
         })
+    }
+}
+
+/// A wait's hold on its key's slot: the slot is not evicted until it is dropped.
+#[cfg(feature = "embassy-time")]
+pub(crate) struct Pinned<'t, K, C, const N: usize, W: Word, const T: usize> {
+    table: &'t KeyedTable<K, C, N, W, T>,
+    slot: usize,
+}
+
+#[cfg(feature = "embassy-time")]
+impl<K, C, const N: usize, W: Word, const T: usize> Drop for Pinned<'_, K, C, N, W, T> {
+    fn drop(&mut self) {
+        // Release: the wait's updates happen before an evictor's Acquire read of the count.
+        self.table.users[self.slot].fetch_sub(WAITER, Ordering::Release);
     }
 }
 

@@ -307,7 +307,10 @@ mod keyed {
         /// [`EmbassyWait`](crate::wait::EmbassyWait), per key: waiters of one key are served in
         /// arrival order, each key's line apart from the others'. A new key finding the table
         /// full fails at once with [`KeyedDenied::Full`] (the table's `until_room` says when to
-        /// try again); `n` above every tier's burst fails at once.
+        /// try again; under [`WhenFull::Admit`](crate::WhenFull::Admit) it draws from the
+        /// overflow bucket instead); `n` above its tier's burst fails at once. From the moment
+        /// a wait lines up until it is over, its key's slot is never evicted and counts in
+        /// `protected_len`, so no eviction hands the key's burst out again.
         ///
         /// ```
         /// # async fn run() -> Result<(), tollgate::KeyedDenied> {
@@ -319,6 +322,7 @@ mod keyed {
         /// # Ok(()) }
         /// ```
         pub async fn acquire(&self, key: K, n: u32) -> Result<Duration, KeyedDenied> {
+            let _kept = self.pin(key.clone(), n)?;
             wait(&Keyed { table: self, key }, n, None).await
         }
 
@@ -331,6 +335,7 @@ mod keyed {
             n: u32,
             timeout: Duration,
         ) -> Result<Duration, KeyedDenied> {
+            let _kept = self.pin(key.clone(), n)?;
             wait(&Keyed { table: self, key }, n, Some(timeout)).await
         }
     }

@@ -55,6 +55,13 @@ pub(crate) trait Lined {
     /// wakes late; a build without it has no caller.
     #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     fn slack_ticks(&self, now_ticks: u64, units: u64) -> u64;
+    /// Which line the bucket's waiters share: the bucket's address, unless its bucket moves
+    /// (a keyed limiter's entry, in a table that rehashes), where it is an address that stays
+    /// put while anyone waits and that no other bucket has meanwhile.
+    #[inline(always)]
+    fn line_key(&self) -> usize {
+        self as *const Self as *const u8 as usize
+    }
 }
 
 /// How many locks the registry spreads the lines over.
@@ -323,7 +330,7 @@ fn settled(taken: Result<(), Denied>) -> Option<Result<(), Denied>> {
 
 /// Whether nobody waits on any of `buckets`, nor on a bucket sharing their shards.
 #[inline(always)]
-fn nobody_waits<B, const N: usize>(buckets: [&B; N]) -> bool {
+fn nobody_waits<B: Lined, const N: usize>(buckets: [&B; N]) -> bool {
     let counts = &registry().counts;
     counts.all.load(Ordering::Relaxed) == 0
         || buckets
@@ -730,6 +737,22 @@ fn hand_on<B: Lined>(line: &mut Line, bucket: &B, now: u64) -> Option<Waker> {
     }
 }
 
+/// Tokens went back to `bucket` outside its line (a take held ahead of its instant, dropped
+/// with its `CancelOnDrop`): wakes the head of the line if its timer would fire later than its
+/// tokens now fall due, as [`hand_on`] does when a head leaves, so that the head is served at
+/// the turn the dropped take would have had. A wake only when someone gave up.
+pub(crate) fn given_back<B: Lined>(bucket: &B) {
+    if nobody_waits([bucket]) {
+        return;
+    }
+    let key = key_of(bucket);
+    let mut locked = Locked::<1>::lock(&[key]);
+    let now = bucket.now_ticks();
+    let waker = locked.line(key).and_then(|line| hand_on(line, bucket, now));
+    // Woken when the lock is released.
+    locked.wake[0] = waker;
+}
+
 /// The whole nanoseconds of `ticks`, rounded down: how far ahead a take may come, which must
 /// not reach past what the ticks allow. Off the hot path (once per look of a lined waiter).
 fn ticks_to_duration_floor<C: Clock>(ticks: u64) -> Duration {
@@ -739,8 +762,8 @@ fn ticks_to_duration_floor<C: Clock>(ticks: u64) -> Duration {
     Duration::new(secs, (nanos % 1_000_000_000) as u32)
 }
 
-fn key_of<B>(bucket: &B) -> usize {
-    bucket as *const B as usize
+fn key_of<B: Lined>(bucket: &B) -> usize {
+    bucket.line_key()
 }
 
 impl<C: Clock, W: Word> Lined for TokenBucket<C, W> {

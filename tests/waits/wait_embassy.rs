@@ -780,5 +780,60 @@ fn an_unlimited_bucket_serves_every_embedded_wait_at_its_first_poll() {
         );
         assert_eq!(ex.polls(i), 1);
     }
+}
+
+/// A key with a wait lined up keeps its slot: however long its bucket reads full before the
+/// waiter's timer runs (protection off, so that a full bucket is otherwise evictable at once),
+/// a newcomer evicts another key, then finds the table full; the waited-on key counts as
+/// protected meanwhile. Fails without the pin: the newcomer evicts the key from under its
+/// waiter, which then waits on a bucket made anew.
+#[test]
+fn a_keyed_tables_key_with_waiters_is_never_evicted() {
+    let _serial = serial();
+    let quota = Quota::new(Rate::per_second(10)).burst(1).start_empty();
+    let table: KeyedTable<u16, EmbassyClock, 2> =
+        KeyedTable::try_new(quota, EmbassyClock, WhenFull::Refuse)
+            .unwrap()
+            .protect_for(Duration::ZERO);
+    let served = Mutex::new(Vec::new());
+    let mut ex = Executor::new();
+    {
+        let (table, served) = (&table, &served);
+        ex.spawn(async move {
+            let result = table.acquire(1, 1).await;
+            served.lock().unwrap().push((now(), result.map(|_| ())));
+        });
+    }
+    ex.run();
+    assert!(table.try_acquire(2, 1).is_err()); // held, empty, no waiter
+    assert_eq!(table.protected_len(), 1);
+    // Both buckets full for ten seconds before the waiter's timer runs.
+    advance(Duration::from_secs(10));
+    // Key 3 evicts key 2, not key 1 (and starts empty, as the quota says).
+    assert!(matches!(
+        table.try_acquire(3, 1),
+        Err(KeyedDenied::Denied(_))
+    ));
+    assert_eq!(table.tier(&2), None);
+    assert_eq!(
+        table.try_acquire(4, 1),
+        Err(KeyedDenied::Full { capacity: 2 })
+    );
+    assert_eq!(table.tier(&1), Some(tollgate::Tier(0)));
+    ex.run();
+    assert_eq!(*served.lock().unwrap(), [(Duration::from_secs(10), Ok(()))]);
+    assert_eq!(
+        table.available(&1),
+        0,
+        "the waiter took from the bucket it waited on"
+    );
+    // Served: the slot is evictable again once its bucket is full; the newcomer's bucket
+    // starts empty, as the quota says.
+    advance(Duration::from_millis(100));
+    assert!(matches!(
+        table.try_acquire(4, 1),
+        Err(KeyedDenied::Denied(_))
+    ));
+    assert_eq!(table.tier(&4), Some(tollgate::Tier(0)));
     assert_eq!(waiters_in_line(), 0);
 }
