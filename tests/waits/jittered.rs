@@ -258,3 +258,61 @@ fn the_blocking_waits_add_the_jitter_after_a_wait_that_slept() {
         Ok(Duration::ZERO)
     );
 }
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn keys_in_lockstep_act_spread_over_the_jitter_and_a_dropped_wait_gives_back() {
+    use tollgate::{KeyedLimiter, WhenFull};
+    let limiter = KeyedLimiter::try_new(
+        Quota::new(Rate::per_second(1)).burst(1),
+        TokioClock::new(),
+        64,
+        WhenFull::Refuse,
+    )
+    .unwrap();
+    // Eight keys, each spent at 0: all due again at 1 s.
+    for key in 0..8u32 {
+        limiter.acquire(&key, 1).await.unwrap();
+    }
+    static SPREAD: Jitter = Jitter::up_to(Duration::from_millis(400), 23);
+    let start = Instant::now();
+    let limiter = &limiter;
+    let waits = (0..8u32).map(|key| async move {
+        let waited = limiter.jittered(&SPREAD).acquire(&key, 1).await.unwrap();
+        (start.elapsed(), waited)
+    });
+    let mut acted = futures_join_all(waits).await;
+    let mut expected = draws(ms(400), 23, 8);
+    acted.sort();
+    expected.sort();
+    for ((at, waited), draw) in acted.iter().zip(&expected) {
+        assert!(at.abs_diff(ms(1_000) + *draw) <= ms(1), "{acted:?}");
+        assert!(waited.abs_diff(*at) <= ms(1), "{acted:?}");
+    }
+    assert!(acted.windows(2).any(|w| w[0].0 != w[1].0), "{acted:?}");
+
+    // A wait given up during its jitter gives the key's token back: the key reads it again.
+    static LONG: Jitter = Jitter::up_to(Duration::from_secs(10), 5);
+    tokio::time::sleep(ms(1_000)).await; // key 0 holds its token again; spend it
+    limiter.acquire(&0, 1).await.unwrap();
+    let gave_up = timeout(ms(1_000) + ms(200), limiter.jittered(&LONG).acquire(&0, 1)).await;
+    let first_draw = draws(Duration::from_secs(10), 5, 1)[0];
+    assert!(first_draw > ms(200), "{first_draw:?}");
+    assert!(gave_up.is_err(), "the jitter outlasted the timeout");
+    assert_eq!(limiter.available(&0), 1);
+    // Blocking waits on the same key take the jitter too, on a clock that runs.
+    let threads = KeyedLimiter::try_new(
+        Quota::new(Rate::per_second(50)).burst(1),
+        StdClock,
+        8,
+        WhenFull::Refuse,
+    )
+    .unwrap();
+    static SHORT: Jitter = Jitter::up_to(Duration::from_millis(30), 3);
+    assert_eq!(
+        threads.jittered(&SHORT).acquire_blocking(&"k", 1),
+        Ok(Duration::ZERO)
+    );
+    let waited = threads.jittered(&SHORT).acquire_blocking(&"k", 1).unwrap();
+    let draw = draws(ms(30), 3, 1)[0];
+    assert!(waited + ms(1) >= ms(20) + draw, "{waited:?} {draw:?}");
+}

@@ -558,7 +558,8 @@ where
     /// ```
     #[cfg(feature = "tokio")]
     pub async fn acquire(&self, key: &K, n: u32) -> Result<Duration, KeyedDenied> {
-        self.acquire_within(key, n, None).await
+        self.acquire_within(key, n, None, &crate::Jitter::none())
+            .await
     }
 
     /// Takes `n` tokens from `key`'s bucket if they accrue within `timeout`, waiting until
@@ -590,7 +591,8 @@ where
         n: u32,
         timeout: Duration,
     ) -> Result<Duration, KeyedDenied> {
-        self.acquire_within(key, n, Some(timeout)).await
+        self.acquire_within(key, n, Some(timeout), &crate::Jitter::none())
+            .await
     }
 
     #[cfg(feature = "tokio")]
@@ -599,6 +601,7 @@ where
         key: &K,
         n: u32,
         timeout: Option<Duration>,
+        jitter: &crate::Jitter,
     ) -> Result<Duration, KeyedDenied> {
         let (settled, hash, shard) = self.settled_at_once(key, n);
         if let Some(settled) = settled {
@@ -609,7 +612,7 @@ where
         Box::pin(async move {
             let line = KeyLine::join(self, key, n, hash, shard)?;
             let waiter = waiter(&line, n, timeout)?;
-            crate::wait::acquire_async(&line, waiter, n, &crate::Jitter::none())
+            crate::wait::acquire_async(&line, waiter, n, jitter)
                 .await
                 .map_err(KeyedDenied::from)
         })
@@ -632,7 +635,7 @@ where
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn acquire_blocking(&self, key: &K, n: u32) -> Result<Duration, KeyedDenied> {
-        self.acquire_blocking_within(key, n, None)
+        self.acquire_blocking_within(key, n, None, &crate::Jitter::none())
     }
 
     /// Takes `n` tokens from `key`'s bucket if they accrue within `timeout`, blocking the
@@ -645,7 +648,7 @@ where
         n: u32,
         timeout: Duration,
     ) -> Result<Duration, KeyedDenied> {
-        self.acquire_blocking_within(key, n, Some(timeout))
+        self.acquire_blocking_within(key, n, Some(timeout), &crate::Jitter::none())
     }
 
     fn acquire_blocking_within(
@@ -653,6 +656,7 @@ where
         key: &K,
         n: u32,
         timeout: Option<Duration>,
+        jitter: &crate::Jitter,
     ) -> Result<Duration, KeyedDenied> {
         let (settled, hash, shard) = self.settled_at_once(key, n);
         if let Some(settled) = settled {
@@ -660,7 +664,70 @@ where
         }
         let line = KeyLine::join(self, key, n, hash, shard)?;
         let waiter = waiter(&line, n, timeout)?;
-        crate::wait::acquire_blocking(&line, waiter, n, &crate::Jitter::none())
-            .map_err(KeyedDenied::from)
+        crate::wait::acquire_blocking(&line, waiter, n, jitter).map_err(KeyedDenied::from)
+    }
+}
+
+impl<K, C, W, S> KeyedLimiter<K, C, W, S>
+where
+    K: Hash + Eq + Clone,
+    C: Clock,
+    W: Word,
+    S: BuildHasher,
+{
+    /// This limiter's waits, each followed by a random delay from `jitter` when it slept: see
+    /// [`Jittered`](crate::wait::Jittered). Keys due at the same instant (a burst of clients
+    /// after a pause) then act spread over the jitter rather than in one tick.
+    pub const fn jittered<'a>(
+        &'a self,
+        jitter: &'a crate::Jitter,
+    ) -> crate::wait::Jittered<'a, Self> {
+        crate::wait::Jittered::new(self, jitter)
+    }
+}
+
+/// A keyed limiter's waits with a jitter after a wait that slept: the async ones hold the key's
+/// take through it and give it back if dropped there.
+impl<K, C, W, S> crate::wait::Jittered<'_, KeyedLimiter<K, C, W, S>>
+where
+    K: Hash + Eq + Clone,
+    C: Clock,
+    W: Word,
+    S: BuildHasher,
+{
+    /// [`KeyedLimiter::acquire`], then the jitter if it slept.
+    #[cfg(feature = "tokio")]
+    pub async fn acquire(&self, key: &K, n: u32) -> Result<Duration, KeyedDenied> {
+        (self.bucket())
+            .acquire_within(key, n, None, self.jitter())
+            .await
+    }
+
+    /// [`KeyedLimiter::acquire_timeout`], then the jitter if it slept.
+    #[cfg(feature = "tokio")]
+    pub async fn acquire_timeout(
+        &self,
+        key: &K,
+        n: u32,
+        timeout: Duration,
+    ) -> Result<Duration, KeyedDenied> {
+        (self.bucket())
+            .acquire_within(key, n, Some(timeout), self.jitter())
+            .await
+    }
+
+    /// [`KeyedLimiter::acquire_blocking`], then the jitter if it slept.
+    pub fn acquire_blocking(&self, key: &K, n: u32) -> Result<Duration, KeyedDenied> {
+        (self.bucket()).acquire_blocking_within(key, n, None, self.jitter())
+    }
+
+    /// [`KeyedLimiter::acquire_blocking_timeout`], then the jitter if it slept.
+    pub fn acquire_blocking_timeout(
+        &self,
+        key: &K,
+        n: u32,
+        timeout: Duration,
+    ) -> Result<Duration, KeyedDenied> {
+        (self.bucket()).acquire_blocking_within(key, n, Some(timeout), self.jitter())
     }
 }
