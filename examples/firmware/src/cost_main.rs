@@ -167,7 +167,10 @@ const _: () = assert!(EXTRA_SITES == 5, "other_call_sites has five per bucket");
 
 /// One row: the three operations of one bucket beside the naive bucket's, each with its verdict
 /// against the bound. Returns whether all three pass.
-fn row(name: &str, cases: [(fn(u32) -> u32, u32); 3], naive: &[u64; 3]) -> bool {
+/// A measured loop and the count it must return.
+type Case = (fn(u32) -> u32, u32);
+
+fn row(name: &str, cases: [Case; 3], naive: &[u64; 3]) -> bool {
     const OPS: [&str; 3] = ["granted", "denied", "denied + retry_after"];
     // The bounds, in hundredths of the naive bucket's figure: 1.25 x, 1 x, 2 x.
     const BOUNDS: [u64; 3] = [125, 100, 200];
@@ -199,7 +202,9 @@ fn row(name: &str, cases: [(fn(u32) -> u32, u32); 3], naive: &[u64; 3]) -> bool 
 fn main() -> ! {
     let Some(mut core) = cortex_m::Peripherals::take() else {
         debug::exit(debug::EXIT_FAILURE);
-        loop {}
+        loop {
+        cortex_m::asm::wfi();
+    }
     };
     start_counter(&mut core.SYST);
     other_call_sites();
@@ -210,7 +215,7 @@ fn main() -> ! {
         if MANY { "s" } else { "" },
         QUOTA
     );
-    let naive_cases: [(fn(u32) -> u32, u32); 3] = [(naive_granted, CALLS), (naive_denied, 0), (naive_retry, CALLS)];
+    let naive_cases: [Case; 3] = [(naive_granted, CALLS), (naive_denied, 0), (naive_retry, CALLS)];
     let mut naive = [0; 3];
     let empties: [fn(u32) -> u32; 3] = [empty_moving, empty_still, empty_wait];
     let mut naive_ok = true;
@@ -234,12 +239,16 @@ fn main() -> ! {
         hprintln!("cost: FAIL");
         debug::exit(debug::EXIT_FAILURE);
     }
-    loop {}
+    loop {
+        cortex_m::asm::wfi();
+    }
 }
 
 #[panic_handler]
 fn panic(info: &core::panic::PanicInfo) -> ! {
     hprintln!("panic: {}", info);
     debug::exit(debug::EXIT_FAILURE);
-    loop {}
+    loop {
+        cortex_m::asm::wfi();
+    }
 }
