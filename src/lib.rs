@@ -305,8 +305,9 @@ pub use clock::StdClock;
 pub use clock::TokioClock;
 #[cfg(feature = "quanta")]
 pub use clock::TscClock;
+pub use engine::folded::{ConstQuota, Folded};
 pub use engine::word::{DefaultWord, Word};
-pub use error::{ConfigError, Denied};
+pub use error::{ConfigError, Denied, RetryAfter};
 #[cfg(feature = "keyed-table")]
 pub use keyed::KeyedTable;
 #[cfg(any(feature = "std", feature = "keyed-table"))]

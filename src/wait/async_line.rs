@@ -74,10 +74,7 @@ pub(crate) async fn wait_in_line<L: TakeNow, S: Sleeper>(
                     // Out of time behind others: its turn never came, so nothing says how much
                     // longer it would have waited.
                     if left.is_zero() || !first_of(turn, sleeper.sleep(left)).await {
-                        return Err(Denied::Insufficient {
-                            retry_after: Duration::ZERO,
-                        }
-                        .into());
+                        return Err(Denied::insufficient(Duration::ZERO).into());
                     }
                 }
             }
@@ -94,10 +91,7 @@ pub(crate) async fn wait_in_line<L: TakeNow, S: Sleeper>(
         if let Some(timeout) = timeout {
             let left = timeout.saturating_sub(waited());
             if retry_after > left {
-                return Err(Denied::Insufficient {
-                    retry_after: retry_after - left,
-                }
-                .into());
+                return Err(Denied::insufficient(retry_after - left).into());
             }
         }
         sleeper.sleep(retry_after).await;
@@ -123,7 +117,7 @@ async fn first_of<F: Future<Output = ()>>(turn: line::Turn<'_>, sleep: F) -> boo
 /// For the limits whose denial is a [`Denied`].
 fn insufficient(denied: &Denied) -> Option<Duration> {
     match denied {
-        Denied::Insufficient { retry_after } => Some(*retry_after),
+        Denied::Insufficient { retry_after } => Some(retry_after.get()),
         _ => None,
     }
 }

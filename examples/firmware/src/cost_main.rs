@@ -6,7 +6,7 @@ use core::hint::black_box;
 
 use cortex_m_rt::entry;
 use cortex_m_semihosting::{debug, hprintln};
-use tollgate::{Quota, Rate, TokenBucket};
+use tollgate::{static_bucket, Quota, Rate};
 use tollgate_firmware::board::NAME;
 use tollgate_firmware::cost::{
     advance_a_second, hundredths_per_call, start_counter, Hundredths, Naive, Virtual, BURST,
@@ -15,19 +15,32 @@ use tollgate_firmware::cost::{
 
 const QUOTA: Quota = Quota::new(Rate::per_second(RATE_PER_SECOND)).burst(BURST);
 
-// One bucket per case, each on a clock type of its own (see `tollgate_firmware::cost`).
-static TG_GRANTED: TokenBucket<Virtual<0>> = TokenBucket::new(QUOTA, Virtual);
-static TG_DENIED: TokenBucket<Virtual<1>> = TokenBucket::new(QUOTA, Virtual);
-static TG_RETRY: TokenBucket<Virtual<2>> = TokenBucket::new(QUOTA, Virtual);
+// One bucket per case, each on a clock type of its own (see `tollgate_firmware::cost`): the
+// quota folded into the code (`static_bucket!`), as a firmware declares a `static` bucket.
+static_bucket! {
+    static TG_GRANTED: TokenBucket<Virtual<0>, u32> = TokenBucket::new(QUOTA, Virtual);
+}
+static_bucket! {
+    static TG_DENIED: TokenBucket<Virtual<1>, u32> = TokenBucket::new(QUOTA, Virtual);
+}
+static_bucket! {
+    static TG_RETRY: TokenBucket<Virtual<2>, u32> = TokenBucket::new(QUOTA, Virtual);
+}
 static NAIVE_GRANTED: Naive<Virtual<3>> = Naive::new(Virtual);
 static NAIVE_DENIED: Naive<Virtual<4>> = Naive::new(Virtual);
 static NAIVE_RETRY: Naive<Virtual<5>> = Naive::new(Virtual);
 #[cfg(board = "lm3s6965evb")]
-static WIDE_GRANTED: TokenBucket<Virtual<6>, u64> = TokenBucket::<_, u64>::new_with_word(QUOTA, Virtual);
+static_bucket! {
+    static WIDE_GRANTED: TokenBucket<Virtual<6>, u64> = TokenBucket::new(QUOTA, Virtual);
+}
 #[cfg(board = "lm3s6965evb")]
-static WIDE_DENIED: TokenBucket<Virtual<7>, u64> = TokenBucket::<_, u64>::new_with_word(QUOTA, Virtual);
+static_bucket! {
+    static WIDE_DENIED: TokenBucket<Virtual<7>, u64> = TokenBucket::new(QUOTA, Virtual);
+}
 #[cfg(board = "lm3s6965evb")]
-static WIDE_RETRY: TokenBucket<Virtual<8>, u64> = TokenBucket::<_, u64>::new_with_word(QUOTA, Virtual);
+static_bucket! {
+    static WIDE_RETRY: TokenBucket<Virtual<8>, u64> = TokenBucket::new(QUOTA, Virtual);
+}
 
 // The measured loops: each returns how many of its calls were granted (or, reading
 // `retry_after`, denied with a time to wait), which the harness checks.

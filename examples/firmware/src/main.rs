@@ -212,7 +212,7 @@ fn twelve_requests<W: Word>(table: &TokenBucket<SysTickClock, W>) -> bool {
                 "request {:>2} at {} s: BLOCKED (retry after {} ms)",
                 n,
                 Seconds(since),
-                Millis(retry_after.as_nanos() as u64)
+                Millis(retry_after.get().as_nanos() as u64)
             ),
             Err(other) => hprintln!("request {:>2} at {} s: {}", n, Seconds(since), other),
         }
