@@ -101,7 +101,7 @@ impl LlmClient {
             match limits.try_acquire([1, tokens]) {
                 Ok(()) => {}
                 Err(Denied::Insufficient { retry_after }) => {
-                    tokio::time::sleep(self.jitter.delay(retry_after)).await;
+                    tokio::time::sleep(self.jitter.delay(retry_after.get())).await;
                     continue;
                 }
                 Err(never) => return Err(never.into()),

@@ -242,9 +242,7 @@ impl<C: Clock, W: AdjustableWord> AdjustableBucket<C, W> {
                 (word, 0)
             } else {
                 p.reserve(word, now, now_units, cost_units, max_wait_ticks)
-                    .map_err(|retry| Denied::Insufficient {
-                        retry_after: ticks_to_duration_ceil::<C>(retry),
-                    })?
+                    .map_err(|retry| Denied::insufficient(ticks_to_duration_ceil::<C>(retry)))?
             };
             let reservation = AdjustableReservation {
                 layout: *p,

@@ -4,6 +4,24 @@ use core::fmt;
 use core::time::Duration;
 
 /// Why a bucket did not grant a request. A denial changes nothing in the bucket.
+///
+/// A denial for want of tokens carries what it takes to say how long to wait, and works that
+/// out only when asked ([`retry_after`](Self::retry_after)): a caller that reads only whether
+/// it was granted pays for no conversion of ticks to a [`Duration`] (on a microcontroller, a
+/// long division).
+///
+/// ```
+/// use tollgate::{Denied, ManualClock, Quota, Rate, TokenBucket};
+/// use core::time::Duration;
+///
+/// let clock = ManualClock::new();
+/// let bucket = TokenBucket::try_new(Quota::new(Rate::per_second(2)).burst(1), &clock)?;
+/// assert!(bucket.try_acquire(1).is_ok());
+/// let denied = bucket.try_acquire(1).unwrap_err();
+/// assert_eq!(denied.retry_after(), Some(Duration::from_millis(500)));
+/// assert!(matches!(denied, Denied::Insufficient { .. }));
+/// # Ok::<(), tollgate::ConfigError>(())
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 #[non_exhaustive]
@@ -11,8 +29,9 @@ pub enum Denied {
     /// Not enough tokens now. Asking again after `retry_after` succeeds, unless other callers
     /// take the tokens first.
     Insufficient {
-        /// How long until the request would be granted: exact, rounded up to the nanosecond.
-        retry_after: Duration,
+        /// How long until the request would be granted: exact, rounded up to the nanosecond,
+        /// worked out when read ([`RetryAfter::get`]).
+        retry_after: RetryAfter,
     },
     /// The request is larger than the bucket can ever hold, so no wait would help.
     ExceedsCapacity {
@@ -22,10 +41,21 @@ pub enum Denied {
 }
 
 impl Denied {
-    /// How long until the request would be granted; `None` when it never would.
-    pub const fn retry_after(&self) -> Option<Duration> {
+    /// A denial for want of tokens that says to retry after `wait`: what a bucket that learns
+    /// the wait as a duration (a remote one) answers.
+    #[inline]
+    pub const fn insufficient(wait: Duration) -> Denied {
+        Denied::Insufficient {
+            retry_after: RetryAfter::new(wait),
+        }
+    }
+
+    /// How long until the request would be granted; `None` when it never would. Worked out
+    /// now, from what the denial carries.
+    #[inline]
+    pub fn retry_after(&self) -> Option<Duration> {
         match *self {
-            Denied::Insufficient { retry_after } => Some(retry_after),
+            Denied::Insufficient { retry_after } => Some(retry_after.get()),
             Denied::ExceedsCapacity { .. } => None,
         }
     }
@@ -38,7 +68,7 @@ impl fmt::Display for Denied {
                 write!(
                     f,
                     "rate limited: retry after {}",
-                    HumanDuration(*retry_after)
+                    HumanDuration(retry_after.get())
                 )
             }
             Denied::ExceedsCapacity { burst } => write!(
@@ -50,6 +80,138 @@ impl fmt::Display for Denied {
 }
 
 impl core::error::Error for Denied {}
+
+/// How long a denied request has to wait: a [`Duration`] worked out when read.
+///
+/// A bucket's denial carries the units it lacks, the instant it read and the few numbers of
+/// its layout that turn those into clock ticks, and the clock's conversion of ticks to a
+/// `Duration`; [`get`](Self::get) does the division. Two values are equal when they name the
+/// same duration, however each was made.
+///
+/// ```
+/// use tollgate::RetryAfter;
+/// use core::time::Duration;
+///
+/// let wait = RetryAfter::new(Duration::from_millis(350));
+/// assert_eq!(wait.get(), Duration::from_millis(350));
+/// assert_eq!(wait, RetryAfter::from(Duration::from_millis(350)));
+/// ```
+#[derive(Clone, Copy)]
+pub struct RetryAfter(Wait);
+
+#[derive(Clone, Copy)]
+enum Wait {
+    /// Known as a duration already.
+    Known(Duration),
+    /// `short_units` from `now_ticks`, on a layout of `units_per_quantum` units a quantum of
+    /// 2^`shift` ticks (or, `fixed`, in 32-bit fixed point): see `Layout::ticks_until`.
+    Units {
+        short_units: u64,
+        now_ticks: u64,
+        units_per_quantum: u64,
+        shift: u8,
+        fixed: bool,
+        narrow: bool,
+        to_duration: fn(u64) -> Duration,
+    },
+}
+
+impl RetryAfter {
+    /// A wait known as a duration.
+    #[inline]
+    pub const fn new(wait: Duration) -> RetryAfter {
+        RetryAfter(Wait::Known(wait))
+    }
+
+    /// The wait of `short_units` units from `now_ticks` on `layout`, read on the clock `C`:
+    /// nothing worked out yet.
+    #[inline(always)]
+    pub(crate) fn of_units<C: crate::Clock + ?Sized>(
+        layout: &crate::engine::layout::Layout,
+        now_ticks: u64,
+        short_units: u64,
+    ) -> RetryAfter {
+        RetryAfter(Wait::Units {
+            short_units,
+            now_ticks,
+            units_per_quantum: layout.units_per_quantum.get(),
+            shift: layout.shift,
+            fixed: layout.fraction_bits != 0,
+            narrow: layout.word_bits == 32,
+            to_duration: crate::clock::ticks_to_duration_ceil::<C>,
+        })
+    }
+
+    /// The wait: exact, rounded up to the nanosecond.
+    #[inline]
+    pub fn get(&self) -> Duration {
+        match self.0 {
+            Wait::Known(wait) => wait,
+            Wait::Units {
+                short_units,
+                now_ticks,
+                units_per_quantum,
+                shift,
+                fixed,
+                narrow,
+                to_duration,
+            } => to_duration(crate::engine::layout::ticks_until(
+                units_per_quantum,
+                shift,
+                fixed,
+                narrow,
+                now_ticks,
+                short_units,
+            )),
+        }
+    }
+}
+
+impl From<Duration> for RetryAfter {
+    fn from(wait: Duration) -> RetryAfter {
+        RetryAfter::new(wait)
+    }
+}
+
+impl From<RetryAfter> for Duration {
+    fn from(wait: RetryAfter) -> Duration {
+        wait.get()
+    }
+}
+
+impl PartialEq for RetryAfter {
+    fn eq(&self, other: &RetryAfter) -> bool {
+        self.get() == other.get()
+    }
+}
+
+impl Eq for RetryAfter {}
+
+impl PartialEq<Duration> for RetryAfter {
+    fn eq(&self, other: &Duration) -> bool {
+        self.get() == *other
+    }
+}
+
+impl core::hash::Hash for RetryAfter {
+    fn hash<H: core::hash::Hasher>(&self, state: &mut H) {
+        self.get().hash(state);
+    }
+}
+
+impl fmt::Debug for RetryAfter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.get(), f)
+    }
+}
+
+#[cfg(feature = "defmt")]
+impl defmt::Format for RetryAfter {
+    fn format(&self, f: defmt::Formatter<'_>) {
+        let wait = self.get();
+        defmt::write!(f, "{=u64}.{=u32:09} s", wait.as_secs(), wait.subsec_nanos());
+    }
+}
 
 /// Why a bucket could not be built from a quota and a clock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -222,9 +384,7 @@ mod tests {
 
     #[test]
     fn a_denial_says_when_to_retry_in_seconds() {
-        let denied = Denied::Insufficient {
-            retry_after: Duration::from_millis(1_200),
-        };
+        let denied = Denied::insufficient(Duration::from_millis(1_200));
         assert_eq!(denied.to_string(), "rate limited: retry after 1.2 s");
     }
 }

@@ -68,6 +68,11 @@
 //! provides it (its `critical-section` feature or `--cfg portable_atomic_unsafe_assume_single_core`);
 //! this crate never does.
 //!
+//! In firmware, declare a `static` bucket with [`static_bucket!`]: its quota is solved at
+//! compile time and folded into the code of every check ([`Folded`]), so the check costs what
+//! a bucket written by hand with its constants costs, and the bucket is its word alone in RAM.
+//! A denial's [`retry_after`](Denied::retry_after) is worked out only when read.
+//!
 //! ## The sibling crates
 //!
 //! - `tollgate-tower`: tower middleware over these buckets: HTTP answers (429 and 503 with
@@ -306,8 +311,9 @@ pub use clock::StdClock;
 pub use clock::TokioClock;
 #[cfg(feature = "quanta")]
 pub use clock::TscClock;
+pub use engine::folded::{ConstQuota, Folded};
 pub use engine::word::{DefaultWord, Word};
-pub use error::{ConfigError, Denied};
+pub use error::{ConfigError, Denied, RetryAfter};
 #[cfg(feature = "keyed-table")]
 pub use keyed::KeyedTable;
 #[cfg(any(feature = "std", feature = "keyed-table"))]

@@ -32,7 +32,7 @@ use crate::{Clock, DefaultWord, Denied, Jitter, Reservation, TokenBucket, Word};
 /// assert!(limits.try_acquire([1, 2_000]).is_ok());
 /// assert_eq!(
 ///     limits.try_acquire([1, 2_500]),
-///     Err(Denied::Insufficient { retry_after: Duration::from_secs(1) })
+///     Err(Denied::insufficient(Duration::from_secs(1)))
 /// );
 /// assert_eq!(requests.available(), 9); // the denied call took no request
 /// # Ok::<(), tollgate::ConfigError>(())
@@ -148,9 +148,7 @@ impl<'a, C: Clock, const N: usize, W: Word> Limits<'a, C, N, W> {
         }
         if !too_long.is_zero() {
             self.refund_parts(&mut parts);
-            return Err(Denied::Insufficient {
-                retry_after: too_long,
-            });
+            return Err(Denied::insufficient(too_long));
         }
         for (i, bucket) in self.buckets.iter().enumerate() {
             if let Some(part) = parts[i].as_mut().filter(|part| part.wait() < wait) {
@@ -215,16 +213,17 @@ impl<'a, C: Clock, const N: usize, W: Word> Limits<'a, C, N, W> {
         costs: &[u32; N],
         max_wait: Duration,
     ) -> Denied {
-        let Denied::Insufficient { mut retry_after } = denied else {
+        let Denied::Insufficient { retry_after } = denied else {
             return denied;
         };
+        let mut retry_after = retry_after.get();
         for (bucket, &cost) in self.buckets.iter().zip(costs).skip(denied_at + 1) {
             match bucket.shortfall(cost, max_wait) {
                 Ok(wait) => retry_after = retry_after.max(wait),
                 Err(never) => return never,
             }
         }
-        Denied::Insufficient { retry_after }
+        Denied::insufficient(retry_after)
     }
 }
 

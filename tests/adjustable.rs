@@ -118,7 +118,7 @@ fn debt_and_pauses_are_kept_across_a_change<W: AdjustableWord>() {
     };
     let want = kept + Duration::from_millis(10);
     assert!(
-        retry_after >= want && retry_after - want <= Duration::from_micros(10),
+        retry_after.get() >= want && retry_after.get() - want <= Duration::from_micros(10),
         "{retry_after:?}"
     );
 }
@@ -344,7 +344,7 @@ fn reservations_follow_the_token_buckets_cancel_rule<W: AdjustableWord>() {
         (
             Err(Denied::Insufficient { retry_after }),
             Err(Denied::Insufficient { retry_after: twins }),
-        ) => near(retry_after, twins),
+        ) => near(retry_after.get(), twins.get()),
         other => panic!("{other:?}"),
     }
     // Not due, nothing after it: given back whole.
@@ -382,7 +382,8 @@ fn reservations_follow_the_token_buckets_cancel_rule<W: AdjustableWord>() {
     bucket.cancel(second);
     twin.cancel(twin_second);
     let after = |r: Result<Duration, Denied>| match r {
-        Ok(wait) | Err(Denied::Insufficient { retry_after: wait }) => wait,
+        Ok(wait) => wait,
+        Err(Denied::Insufficient { retry_after }) => retry_after.get(),
         Err(other) => panic!("{other:?}"),
     };
     near(

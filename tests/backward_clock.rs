@@ -34,9 +34,8 @@ fn a_step_back_is_time_not_yet_earned() {
     ];
     for (at_ms, expected) in rows {
         clock.set(at_ms * MS);
-        let expected = expected.map_err(|retry_ms| Denied::Insufficient {
-            retry_after: Duration::from_millis(retry_ms),
-        });
+        let expected =
+            expected.map_err(|retry_ms| Denied::insufficient(Duration::from_millis(retry_ms)));
         assert_eq!(bucket.try_acquire(1), expected, "at {at_ms} ms");
     }
     // Grants: 7 = burst 2 + 1 token/ms × (15 ms latest − 10 ms first).

@@ -120,9 +120,7 @@ fn u32_max_tokens_is_served_exactly_by_a_bucket_that_holds_them() {
     let refill = Duration::from_nanos(burst);
     assert_eq!(
         bucket.try_acquire(u32::MAX),
-        Err(Denied::Insufficient {
-            retry_after: refill
-        })
+        Err(Denied::insufficient(refill))
     );
     let reservation = bucket.reserve(u32::MAX, Duration::MAX).unwrap();
     assert_eq!(reservation.wait(), refill);
@@ -131,9 +129,7 @@ fn u32_max_tokens_is_served_exactly_by_a_bucket_that_holds_them() {
     clock.advance(refill);
     assert_eq!(
         bucket.try_acquire(1),
-        Err(Denied::Insufficient {
-            retry_after: Duration::from_nanos(1)
-        })
+        Err(Denied::insufficient(Duration::from_nanos(1)))
     );
     clock.advance(refill);
     assert_eq!(bucket.try_acquire(u32::MAX), Ok(()));
@@ -170,8 +166,8 @@ fn reserve_forever<W: tollgate::Word>(
             }
             Err(Denied::Insufficient { retry_after }) => {
                 // Refused for exceeding the debt bound, which is far away but not infinitely.
-                assert!(retry_after > Duration::ZERO);
-                assert!(retry_after < Duration::from_secs(1 << 40));
+                assert!(retry_after.get() > Duration::ZERO);
+                assert!(retry_after.get() < Duration::from_secs(1 << 40));
                 return made;
             }
             Err(other) => panic!("{other:?}"),
@@ -200,7 +196,7 @@ fn an_unbounded_wait_still_meets_the_debt_bound() {
     let Err(Denied::Insufficient { retry_after }) = small.try_acquire(1) else {
         panic!("granted out of debt");
     };
-    assert!(retry_after >= Duration::from_secs(made as u64 - 1));
+    assert!(retry_after.get() >= Duration::from_secs(made as u64 - 1));
 }
 
 /// A clock that returns what a xorshift generator says, and remembers its last answer.
@@ -296,7 +292,10 @@ fn a_random_clock_credits_no_time_twice() {
                 Err(Denied::ExceedsCapacity { burst }) => assert!(n as u64 > burst),
                 Err(Denied::Insufficient { retry_after }) => {
                     // At most half the word: the furthest behind the word can read a reading.
-                    assert!(retry_after.as_nanos() <= (1 << 63) + 250, "{retry_after:?}");
+                    assert!(
+                        retry_after.get().as_nanos() <= (1 << 63) + 250,
+                        "{retry_after:?}"
+                    );
                 }
                 Err(other) => panic!("{other:?}"),
             }
@@ -438,7 +437,7 @@ fn a_clock_stuck_at_u64_max_grants_the_burst_once() {
             };
             // One token's time, read to the bucket's resolution.
             assert!(
-                retry_after.abs_diff(token) <= bucket.resolution(),
+                retry_after.get().abs_diff(token) <= bucket.resolution(),
                 "{retry_after:?}"
             );
             assert_eq!(bucket.available(), 0);
@@ -516,8 +515,11 @@ fn an_idle_32_bit_word_past_its_horizon_reads_full_or_briefly_owes_two_bursts() 
             Ok(()) => {}
             Err(Denied::Insufficient { retry_after }) => {
                 misread += 1;
-                assert!(retry_after <= Duration::from_secs(3), "{retry_after:?}");
-                clock.advance(retry_after);
+                assert!(
+                    retry_after.get() <= Duration::from_secs(3),
+                    "{retry_after:?}"
+                );
+                clock.advance(retry_after.get());
                 assert_eq!(bucket.try_acquire(10), Ok(()));
             }
             Err(other) => panic!("{other:?}"),

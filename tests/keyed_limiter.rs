@@ -91,9 +91,9 @@ fn only_full_buckets_are_evicted() {
             1_000,
             "a",
             2,
-            Err(KeyedDenied::Denied(Denied::Insufficient {
-                retry_after: Duration::from_secs(1),
-            })),
+            Err(KeyedDenied::Denied(Denied::insufficient(
+                Duration::from_secs(1),
+            ))),
         ),
         (1_000, "a", 1, Ok(())),
         (1_000, "d", 1, full),

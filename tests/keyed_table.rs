@@ -8,7 +8,7 @@ use tollgate::{Denied, KeyedDenied, KeyedTable, ManualClock, Quota, Rate, TokenB
 const MS: Duration = Duration::from_millis(1);
 
 fn insufficient(retry_after: Duration) -> Result<(), KeyedDenied> {
-    Err(KeyedDenied::Denied(Denied::Insufficient { retry_after }))
+    Err(KeyedDenied::Denied(Denied::insufficient(retry_after)))
 }
 
 #[test]

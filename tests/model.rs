@@ -245,7 +245,7 @@ fn case() -> impl Strategy<Value = Case> {
 fn taken(result: Result<(), Denied>) -> Result<Answer, TestCaseError> {
     match result {
         Ok(()) => Ok(Answer::Granted),
-        Err(Denied::Insufficient { retry_after }) => Ok(Answer::Insufficient(retry_after)),
+        Err(Denied::Insufficient { retry_after }) => Ok(Answer::Insufficient(retry_after.get())),
         Err(Denied::ExceedsCapacity { .. }) => Ok(Answer::ExceedsCapacity),
         Err(other) => Err(TestCaseError::fail(format!("{other:?}"))),
     }
@@ -394,7 +394,7 @@ fn run<const HZ: u64, W: AdjustableWord>(case: &Case) -> Result<Outcome, TestCas
                 let (got, reservation) = match bucket.reserve(n, max_wait) {
                     Ok(r) => (Answer::Reserved(r.wait()), Some(r)),
                     Err(Denied::Insufficient { retry_after }) => {
-                        (Answer::Insufficient(retry_after), None)
+                        (Answer::Insufficient(retry_after.get()), None)
                     }
                     Err(Denied::ExceedsCapacity { .. }) => (Answer::ExceedsCapacity, None),
                     Err(other) => return Err(TestCaseError::fail(format!("{other:?}"))),

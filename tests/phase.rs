@@ -115,7 +115,7 @@ fn phased_workers_stay_apart_for_a_day_on_a_manual_clock() {
                     Err(Denied::Insufficient { retry_after }) => retry_after,
                     Err(other) => panic!("{other}"),
                 };
-                (clock.now() + wait.as_nanos() as u64, i)
+                (clock.now() + wait.get().as_nanos() as u64, i)
             })
             .min()
             .unwrap();
@@ -159,7 +159,7 @@ fn a_phase_applies_from_any_start_fill_and_on_both_words() {
         let wide = TokenBucket::<_, u64>::try_new_with_word(quota, &clock).unwrap();
         let narrow = TokenBucket::<_, u32>::try_new_with_word(quota, &clock).unwrap();
         let wait = |denied: Result<(), Denied>| match denied {
-            Err(Denied::Insufficient { retry_after }) => retry_after.as_nanos() as i128,
+            Err(Denied::Insufficient { retry_after }) => retry_after.get().as_nanos() as i128,
             other => panic!("{quota}: {other:?}"),
         };
         let takes: [(&str, &Take); 2] = [
@@ -254,7 +254,7 @@ fn an_adjustable_bucket_keeps_its_phase() {
         panic!("an empty bucket granted");
     };
     assert!(
-        retry_after.as_nanos().abs_diff(555_555_555) <= 1_000,
+        retry_after.get().as_nanos().abs_diff(555_555_555) <= 1_000,
         "{retry_after:?}"
     );
 }
@@ -313,7 +313,7 @@ fn a_phased_bucket_in_a_static_is_built_at_compile_time() {
     let firsts: Vec<u128> = WORKERS
         .iter()
         .map(|w| match w.try_acquire(1) {
-            Err(Denied::Insufficient { retry_after }) => retry_after.as_nanos(),
+            Err(Denied::Insufficient { retry_after }) => retry_after.get().as_nanos(),
             other => panic!("{other:?}"),
         })
         .collect();

@@ -130,9 +130,7 @@ impl<C: Clock> Subject<'_, C> {
             Subject::Limits(b) => Limits::new([&b[0], &b[1]]).try_acquire([n, 1]),
             Subject::Keyed(t) => t.try_acquire(7, n).map_err(|e| match e {
                 tollgate::KeyedDenied::Denied(d) => d,
-                _ => Denied::Insufficient {
-                    retry_after: Duration::ZERO,
-                },
+                _ => Denied::insufficient(Duration::ZERO),
             }),
         }
     }

@@ -105,9 +105,7 @@ fn limits_with_an_unlimited_member_are_the_other_members() {
     assert_eq!(both.try_acquire([u32::MAX, 2]), Ok(()));
     assert_eq!(
         both.try_acquire([1, 1]),
-        Err(Denied::Insufficient {
-            retry_after: Duration::from_millis(500)
-        })
+        Err(Denied::insufficient(Duration::from_millis(500)))
     );
     clock.advance(Duration::from_millis(500));
     let r = both.reserve([5, 1], Duration::ZERO).unwrap();

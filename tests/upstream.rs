@@ -66,44 +66,14 @@ fn a_pause_grants_nothing_before_its_instant_and_resumes_empty() {
         // (ms since the pause, n, expected): nothing before the instant, then 10 a second from
         // empty, never the burst.
         let rows: [(u64, u32, Result<(), Denied>); 8] = [
-            (
-                0,
-                1,
-                Err(Denied::Insufficient {
-                    retry_after: ms(2_100),
-                }),
-            ),
-            (
-                1_999,
-                1,
-                Err(Denied::Insufficient {
-                    retry_after: ms(101),
-                }),
-            ),
-            (
-                2_000,
-                1,
-                Err(Denied::Insufficient {
-                    retry_after: ms(100),
-                }),
-            ),
-            (2_099, 1, Err(Denied::Insufficient { retry_after: ms(1) })),
+            (0, 1, Err(Denied::insufficient(ms(2_100)))),
+            (1_999, 1, Err(Denied::insufficient(ms(101)))),
+            (2_000, 1, Err(Denied::insufficient(ms(100)))),
+            (2_099, 1, Err(Denied::insufficient(ms(1)))),
             (2_100, 1, Ok(())),
-            (
-                2_100,
-                1,
-                Err(Denied::Insufficient {
-                    retry_after: ms(100),
-                }),
-            ),
+            (2_100, 1, Err(Denied::insufficient(ms(100)))),
             (2_500, 4, Ok(())),
-            (
-                2_500,
-                1,
-                Err(Denied::Insufficient {
-                    retry_after: ms(100),
-                }),
-            ),
+            (2_500, 1, Err(Denied::insufficient(ms(100)))),
         ];
         for (at, n, expected) in rows {
             clock.set(at * MS);
@@ -221,26 +191,10 @@ fn limits_take_from_all_or_from_none() {
         (0, [1, 1_000], Ok(()), 2, 2_000),
         (0, [1, 1_500], Ok(()), 1, 500),
         // tokens short by 500 at 1 500/s: the request taken first goes back
-        (
-            0,
-            [1, 1_000],
-            Err(Denied::Insufficient {
-                retry_after: ms(334),
-            }),
-            1,
-            500,
-        ),
+        (0, [1, 1_000], Err(Denied::insufficient(ms(334))), 1, 500),
         (0, [1, 500], Ok(()), 0, 0),
         // requests short (1 s) and tokens short (10/1500 s): the longer wait
-        (
-            0,
-            [1, 10],
-            Err(Denied::Insufficient {
-                retry_after: ms(1_000),
-            }),
-            0,
-            0,
-        ),
+        (0, [1, 10], Err(Denied::insufficient(ms(1_000))), 0, 0),
         (1_000, [1, 1_500], Ok(()), 0, 0),
         // a cost above a burst never fits, and takes nothing even for a moment
         (
@@ -263,9 +217,9 @@ fn limits_take_from_all_or_from_none() {
         clock.set(at * MS);
         let got = limits.try_acquire(costs).map_err(|denied| match denied {
             // Retry times rounded up to the millisecond, to keep the table readable.
-            Denied::Insufficient { retry_after } => Denied::Insufficient {
-                retry_after: ms(retry_after.as_nanos().div_ceil(1_000_000) as u64),
-            },
+            Denied::Insufficient { retry_after } => {
+                Denied::insufficient(ms(retry_after.get().as_nanos().div_ceil(1_000_000) as u64))
+            }
             other => other,
         });
         assert_eq!(got, expected, "t = {at} ms, costs {costs:?}");
@@ -289,7 +243,7 @@ fn the_retry_after_is_the_longest_wait_and_is_then_enough() {
         panic!("granted from empty buckets");
     };
     assert_eq!(retry_after, Duration::from_secs(1));
-    clock.advance(retry_after - Duration::from_nanos(1));
+    clock.advance(retry_after.get() - Duration::from_nanos(1));
     assert!(limits.try_acquire([1, 1, 1]).is_err());
     clock.advance(Duration::from_nanos(1));
     assert_eq!(limits.try_acquire([1, 1, 1]), Ok(()));
@@ -298,9 +252,7 @@ fn the_retry_after_is_the_longest_wait_and_is_then_enough() {
     clock.advance(Duration::from_secs(5));
     assert_eq!(
         limits.try_acquire([1, 1, 1]),
-        Err(Denied::Insufficient {
-            retry_after: Duration::from_millis(25_250)
-        })
+        Err(Denied::insufficient(Duration::from_millis(25_250)))
     );
     assert_eq!((a.available(), b.available()), (10, 1)); // given back whole
 }
@@ -323,9 +275,7 @@ fn a_reservation_on_limits_acts_at_the_latest_part_and_cancels_whole() {
         limits
             .reserve([1, 1_000], Duration::from_millis(200))
             .map(|r| r.wait()),
-        Err(Denied::Insufficient {
-            retry_after: ms(1_300)
-        })
+        Err(Denied::insufficient(ms(1_300)))
     );
     assert_eq!(requests.available(), 0);
     // Cancelled before its instant: both parts go back, the one granted at once too.

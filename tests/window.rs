@@ -174,7 +174,7 @@ fn greedy<C: Steppable, const WIDE: bool>(quota: Quota, window: Duration, window
         } else {
             // The first tick at or after `retry_after`, read back from nanoseconds rounded up:
             // exactly `next` on a nanosecond clock, `next` or the tick before on others.
-            let next = now + ticks_ceil::<C>(retry_after).max(1);
+            let next = now + ticks_ceil::<C>(retry_after.get()).max(1);
             let earliest = if nanosecond { next } else { next - 1 };
             if earliest - 1 > now {
                 clock.set_ticks(earliest - 1);
@@ -345,7 +345,7 @@ fn limits_of_several_windows_hold_every_cap() {
             match limits.try_acquire([1, 1, 1]) {
                 Ok(()) => grants.push(now.as_nanos() as u64),
                 Err(Denied::Insufficient { retry_after }) => {
-                    now += retry_after;
+                    now += retry_after.get();
                     break;
                 }
                 Err(other) => panic!("{other:?}"),

@@ -33,7 +33,7 @@ fn twelve_requests() -> Result<(), Box<dyn std::error::Error>> {
             Err(Denied::Insufficient { retry_after }) => println!(
                 "request {:>2} at {t:.2} s: BLOCKED (429, Retry-After {:.0} ms)",
                 i + 1,
-                retry_after.as_secs_f64() * 1e3
+                retry_after.get().as_secs_f64() * 1e3
             ),
             Err(other) => println!("request {:>2}: {other}", i + 1),
         }

@@ -5,6 +5,8 @@ use core::time::Duration;
 
 use crate::clock::{duration_to_ticks_floor, ticks_to_duration_ceil, Clock};
 use crate::engine::cell::WordCell;
+#[cfg(not(loom))]
+use crate::engine::folded::{ConstQuota, Folded};
 use crate::engine::layout::Layout;
 #[cfg(not(loom))]
 use crate::engine::layout::Narrow;
@@ -47,7 +49,7 @@ pub struct UnitBounds {
 /// }
 /// assert_eq!(
 ///     bucket.try_acquire(1),
-///     Err(Denied::Insufficient { retry_after: Duration::from_millis(500) })
+///     Err(Denied::insufficient(Duration::from_millis(500)))
 /// );
 /// clock.advance(Duration::from_millis(500));
 /// assert!(bucket.try_acquire(1).is_ok());
@@ -208,7 +210,7 @@ impl<C: Clock> TokenBucket<C> {
 
 /// The layout of `quota` on a clock of `ticks_per_second` for a word of `bits`, for the `const`
 /// constructors: a bad quota panics, which in a `static` is a compile error.
-const fn solved(quota: &Quota, ticks_per_second: u64, bits: u32) -> Layout {
+pub(crate) const fn solved(quota: &Quota, ticks_per_second: u64, bits: u32) -> Layout {
     match Layout::solve_or_unlimited(quota, ticks_per_second, bits) {
         Ok(layout) => layout,
         Err(error) => panic!("{}", error.message()),
@@ -229,6 +231,26 @@ impl<C: Clock> TokenBucket<C, u32> {
         Self {
             word: <u32 as Word>::UNUSED,
             layout,
+            clock,
+            align: [],
+        }
+    }
+}
+
+/// A `static` bucket whose quota is folded into its code: see [`Folded`] and
+/// [`static_bucket!`](crate::static_bucket).
+#[cfg(not(loom))]
+impl<Q: ConstQuota, W: Word> TokenBucket<Q::Clock, Folded<Q, W>> {
+    /// A bucket on the word [`Folded<Q, W>`](Folded): `Q`'s quota, its layout a constant of
+    /// the type rather than a field, so that the compiler folds it into every check. Like
+    /// [`new`](TokenBucket::new) it starts at its first use, and a bad quota is a compile
+    /// error.
+    pub const fn folded(clock: Q::Clock) -> Self {
+        // Solved here, at compile time, so that a bad quota fails the build.
+        let _ = Folded::<Q, W>::LAYOUT;
+        Self {
+            word: <Folded<Q, W> as Word>::UNUSED,
+            layout: (),
             clock,
             align: [],
         }
@@ -388,9 +410,7 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
             .update_fresh(&self.clock, |word, now, now_units| {
                 let (due_units, wait_ticks) = p
                     .reserve(word, now, now_units, cost, max_wait_ticks)
-                    .map_err(|retry| Denied::Insufficient {
-                        retry_after: ticks_to_duration_ceil::<C>(retry),
-                    })?;
+                    .map_err(|retry| Denied::insufficient(ticks_to_duration_ceil::<C>(retry)))?;
                 let reservation = Reservation {
                     tokens: n,
                     due_units,
@@ -716,17 +736,13 @@ mod tests {
         let p = bucket.layout();
         let cost = p.cost(1).unwrap();
         // On the older reading the bucket reads 300 ms in debt: a wait 300 ms too long.
-        let too_long = Err(Denied::Insufficient {
-            retry_after: Duration::from_millis(2_300),
-        });
+        let too_long = Err(Denied::insufficient(Duration::from_millis(2_300)));
         assert_eq!(
             bucket.cell(p).try_take::<&ManualClock>(stale, cost),
             too_long
         );
         // Settled: answered on a fresh reading, the wait due now.
-        let due = Err(Denied::Insufficient {
-            retry_after: Duration::from_secs(2),
-        });
+        let due = Err(Denied::insufficient(Duration::from_secs(2)));
         assert_eq!(bucket.cell(p).try_take_settled(&&clock, stale, cost), due);
         // A denial on a current reading is answered as it is.
         assert_eq!(

@@ -38,16 +38,48 @@ impl<'a, W: Word> WordCell<'a, W> {
                 // need no registers that every call would save and restore, a denial's too.
                 return Self::try_take_first::<C>(self.word, self.layout, now_ticks, cost);
             }
-            let take = self.layout.wide_take();
-            return self.run(word, now_units, |word, now_units| {
-                self.layout
-                    .answer::<C>(take.take(word, now_units, cost), now_ticks)
-            });
+            return self.take_loop::<C>(word, now_ticks, now_units, cost);
         }
-        self.update(now_ticks, |word, now_units| {
-            self.layout
-                .take_now::<C, W>(word, now_ticks, now_units, cost)
-        })
+        let now_units = self.units_at(now_ticks);
+        let mut word = W::load(self.word);
+        if word == Self::UNUSED {
+            word = Self::first_use(self.word, self.layout.fresh(now_units));
+        }
+        self.take_loop::<C>(word, now_ticks, now_units, cost)
+    }
+
+    /// The compare-exchange loop of a take of `cost` units without debt, from `word`: the take
+    /// gives the new word or the units short, and a denial carries those units to its
+    /// `retry_after`, which works out the wait only when read. No closure, and the take always
+    /// inlined: the grant path is the caller's own code at every call site, whatever the
+    /// optimizer makes of the number of sites, and a denial divides nothing.
+    #[inline(always)]
+    fn take_loop<C: Clock + ?Sized>(
+        &self,
+        mut word: u64,
+        now_ticks: u64,
+        now_units: u64,
+        cost: u64,
+    ) -> Result<(), Denied> {
+        // The 64-bit word reads what its take needs once, before the loop (see above); the
+        // 32-bit word's general take is the smaller code on a 32-bit core.
+        let wide = self.layout.wide_take();
+        loop {
+            let taken = if W::BITS == 64 {
+                wide.take(word, now_units, cost)
+            } else if self.layout.shift == 0 {
+                self.layout.take_narrow(word, now_units, cost)
+            } else {
+                self.layout.take_without_debt(word, now_units, cost)
+            };
+            match taken {
+                Ok(new) => match self.land(word, new) {
+                    Ok(()) => return Ok(()),
+                    Err(actual) => word = actual,
+                },
+                Err(short) => return Err(self.layout.denied::<C>(now_ticks, short)),
+            }
+        }
     }
 
     /// [`try_take`](Self::try_take) at the first use of a `const`-built bucket on the 64-bit
@@ -128,7 +160,7 @@ impl<'a, W: Word> WordCell<'a, W> {
     /// 64-bit word is never read in fixed point and its units are never masked (they wrap at
     /// 2^64, or stay below a smaller modulus by construction), so its hot path has no branch on
     /// either; the 32-bit word's units are the low half of a 64-bit number.
-    #[inline]
+    #[inline(always)]
     fn units_at(&self, now_ticks: u64) -> u64 {
         let p = self.layout;
         let quanta = if p.shift == 0 {
@@ -188,7 +220,7 @@ impl<'a, W: Word> WordCell<'a, W> {
     }
 
     /// One compare-exchange of the drivers: `old` to `new`, or the word found instead.
-    #[inline]
+    #[inline(always)]
     fn land(&self, old: u64, new: u64) -> Result<(), u64> {
         #[cfg(loom)]
         if crate::engine::sync::models::blind_stores() {

@@ -56,6 +56,7 @@ mod quota;
 mod transition;
 
 pub(crate) use narrow::{Narrow, Unpacked};
+pub(crate) use transition::ticks_until;
 
 use core::num::NonZeroU64;
 

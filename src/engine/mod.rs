@@ -8,9 +8,12 @@
 //!   `layout::transition`, the pure functions `(old word, now) -> new word, or a denial`.
 //! - [`cell`]: the one compare-exchange driver that runs a transition against a word.
 //! - [`div`]: 64-bit division without the division routine on 32-bit targets.
+//! - [`folded`]: the word of a bucket whose quota is a compile-time constant, its layout a
+//!   constant of the type (`static_bucket!`).
 
 pub(crate) mod cell;
 pub(crate) mod div;
+pub(crate) mod folded;
 pub(crate) mod layout;
 pub(crate) mod sync;
 pub(crate) mod word;

@@ -300,7 +300,7 @@ crate::with_word64! {
     pub struct CacheAligned;
 }
 
-mod sealed {
+pub(crate) mod sealed {
     pub trait Sealed {}
     impl Sealed for u32 {}
     impl Sealed for u64 {}

@@ -157,7 +157,7 @@ pub enum KeyedDenied {
 impl KeyedDenied {
     /// How long until the key's request would be granted; `None` when it never would, or when
     /// the table was full (that depends on other keys: ask the table's `until_room`).
-    pub const fn retry_after(&self) -> Option<Duration> {
+    pub fn retry_after(&self) -> Option<Duration> {
         match self {
             KeyedDenied::Denied(denied) => denied.retry_after(),
             KeyedDenied::Full { .. } | KeyedDenied::UnknownTier(_) => None,

@@ -197,9 +197,7 @@ mod tests {
         // Nothing minted: the token after it is due 100 ms later still.
         assert_eq!(
             bucket.try_acquire(1),
-            Err(Denied::Insufficient {
-                retry_after: ms(200)
-            })
+            Err(Denied::insufficient(ms(200)))
         );
     }
 

@@ -227,10 +227,7 @@ fn look<L: TakeNow>(
             if due_in > left {
                 *wake = place.take().and_then(|at| line.leave(at, false));
                 return Next::Refused(
-                    Denied::Insufficient {
-                        retry_after: ticks_to_duration_ceil::<L::Clock>(due_in - left),
-                    }
-                    .into(),
+                    Denied::insufficient(ticks_to_duration_ceil::<L::Clock>(due_in - left)).into(),
                 );
             }
         }
@@ -251,12 +248,7 @@ fn look<L: TakeNow>(
         // Out of time behind others: its turn never came, so nothing says how much longer it
         // would have waited.
         *wake = place.take().and_then(|at| line.leave(at, false));
-        return Next::Refused(
-            Denied::Insufficient {
-                retry_after: Duration::ZERO,
-            }
-            .into(),
-        );
+        return Next::Refused(Denied::insufficient(Duration::ZERO).into());
     }
     if place.is_none() {
         // Behind others: at the back, estimated due after the last waiter's estimate.
@@ -270,10 +262,7 @@ fn look<L: TakeNow>(
             let due_in = since(now, due);
             if due_in > left {
                 return Next::Refused(
-                    Denied::Insufficient {
-                        retry_after: ticks_to_duration_ceil::<L::Clock>(due_in - left),
-                    }
-                    .into(),
+                    Denied::insufficient(ticks_to_duration_ceil::<L::Clock>(due_in - left)).into(),
                 );
             }
         }
@@ -346,7 +335,7 @@ async fn first_of<F: Future<Output = ()>>(turn: line::Turn<'_>, sleep: F) -> boo
 /// For the limits whose denial is a [`Denied`].
 fn insufficient(denied: &Denied) -> Option<Duration> {
     match denied {
-        Denied::Insufficient { retry_after } => Some(*retry_after),
+        Denied::Insufficient { retry_after } => Some(retry_after.get()),
         _ => None,
     }
 }

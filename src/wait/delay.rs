@@ -52,6 +52,7 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
                 }
                 // Past the debt bound: room comes when the debt ahead is paid.
                 Err(Denied::Insufficient { retry_after }) => {
+                    let retry_after = retry_after.get();
                     delay_for(delay, retry_after);
                     waited = waited.saturating_add(retry_after);
                 }
@@ -88,6 +89,7 @@ fn wait_with_delay<T>(
         match take() {
             Ok(taken) => return Ok((taken, waited)),
             Err(Denied::Insufficient { retry_after }) => {
+                let retry_after = retry_after.get();
                 delay_for(delay, retry_after);
                 waited = waited.saturating_add(retry_after);
             }

@@ -278,7 +278,9 @@ mod keyed {
         }
         fn due_in(denied: &KeyedDenied) -> Option<Duration> {
             match denied {
-                KeyedDenied::Denied(Denied::Insufficient { retry_after }) => Some(*retry_after),
+                KeyedDenied::Denied(Denied::Insufficient { retry_after }) => {
+                    Some(retry_after.get())
+                }
                 _ => None,
             }
         }

@@ -523,15 +523,15 @@ impl<'a, B: Lined, const N: usize> Waiter<'a, B, N> {
                 Err(Denied::Insufficient { retry_after }) => {
                     // The take may come `ahead` before the instant: that instant is the
                     // deadline's measure.
-                    let retry = duration_to_ticks_ceil::<B::Clock>(retry_after);
+                    let retry = duration_to_ticks_ceil::<B::Clock>(retry_after.get());
                     if let Some(left) = self.time_left(now) {
                         if retry.saturating_add(ahead) > left {
                             self.leave(&mut locked, now);
-                            return Step::Done(Err(Denied::Insufficient {
-                                retry_after: ticks_to_duration_ceil::<B::Clock>(
+                            return Step::Done(Err(Denied::insufficient(
+                                ticks_to_duration_ceil::<B::Clock>(
                                     retry.saturating_add(ahead) - left,
                                 ),
-                            }));
+                            )));
                         }
                     }
                     self.timer_at = Some(now.wrapping_add(retry));
@@ -545,7 +545,7 @@ impl<'a, B: Lined, const N: usize> Waiter<'a, B, N> {
             if self.time_left(now) == Some(0) {
                 let retry_after = self.estimate_ahead(&mut locked, now, &ids);
                 self.leave(&mut locked, now);
-                return Step::Done(Err(Denied::Insufficient { retry_after }));
+                return Step::Done(Err(Denied::insufficient(retry_after)));
             }
             // Its estimate passed before its turn came, or comes sooner than its timer can
             // wake it: the head that leaves wakes it.
@@ -579,7 +579,7 @@ impl<'a, B: Lined, const N: usize> Waiter<'a, B, N> {
             match take() {
                 Ok(taken) => return Step::Done(Ok((taken, Duration::ZERO))),
                 Err(Denied::Insufficient { retry_after }) => {
-                    let retry = duration_to_ticks_ceil::<B::Clock>(retry_after);
+                    let retry = duration_to_ticks_ceil::<B::Clock>(retry_after.get());
                     (retry, retry.saturating_add(ahead))
                 }
                 Err(never) => return Step::Done(Err(never)),
@@ -597,9 +597,9 @@ impl<'a, B: Lined, const N: usize> Waiter<'a, B, N> {
         };
         if let Some(left) = self.time_left(now) {
             if due > left {
-                return Step::Done(Err(Denied::Insufficient {
-                    retry_after: ticks_to_duration_ceil::<B::Clock>(due - left),
-                }));
+                return Step::Done(Err(Denied::insufficient(
+                    ticks_to_duration_ceil::<B::Clock>(due - left),
+                )));
             }
         }
         self.heading = nobody_waits;

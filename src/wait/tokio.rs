@@ -307,7 +307,7 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
     /// let bucket = TokenBucket::try_new(Quota::new(Rate::per_second(5)).start_empty(), TokioClock::new())?;
     /// assert_eq!(
     ///     bucket.acquire_timeout(5, Duration::from_millis(400)).await,
-    ///     Err(Denied::Insufficient { retry_after: Duration::from_millis(600) })
+    ///     Err(Denied::insufficient(Duration::from_millis(600)))
     /// );
     /// assert_eq!(
     ///     bucket.acquire_timeout(2, Duration::from_millis(400)).await,

@@ -204,9 +204,7 @@ async fn a_wait_beyond_its_timeout_is_refused_at_once() {
     limiter.acquire(&1, 2).await.unwrap();
     assert_eq!(
         limiter.acquire_timeout(&1, 2, ms(400)).await,
-        Err(KeyedDenied::Denied(Denied::Insufficient {
-            retry_after: ms(600)
-        }))
+        Err(KeyedDenied::Denied(Denied::insufficient(ms(600))))
     );
     assert_eq!(start.elapsed(), Duration::ZERO);
     assert_eq!(limiter.acquire(&9, 0).await, Ok(Duration::ZERO));

@@ -46,9 +46,7 @@ async fn a_dropped_wait_on_limits_gives_every_part_back() {
     // Beyond the timeout: fails at once, takes nothing.
     assert_eq!(
         limits.acquire_timeout([1, 100], ms(200)).await,
-        Err(Denied::Insufficient {
-            retry_after: ms(500)
-        })
+        Err(Denied::insufficient(ms(500)))
     );
     assert_eq!(requests.available(), 5);
 }

@@ -54,21 +54,9 @@ fn a_wait_beyond_the_timeout_fails_at_once_and_takes_nothing() {
     .unwrap();
     // (n, timeout, result), all from an empty bucket at 0 s.
     let rows = [
-        (
-            1,
-            ms(0),
-            Err(Denied::Insufficient {
-                retry_after: ms(200),
-            }),
-        ),
-        (1, ms(199), Err(Denied::Insufficient { retry_after: ms(1) })),
-        (
-            5,
-            ms(900),
-            Err(Denied::Insufficient {
-                retry_after: ms(100),
-            }),
-        ),
+        (1, ms(0), Err(Denied::insufficient(ms(200)))),
+        (1, ms(199), Err(Denied::insufficient(ms(1)))),
+        (5, ms(900), Err(Denied::insufficient(ms(100)))),
         (6, Duration::MAX, Err(Denied::ExceedsCapacity { burst: 5 })),
         (0, ms(0), Ok(Duration::ZERO)),
     ];

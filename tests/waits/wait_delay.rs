@@ -168,9 +168,7 @@ fn an_hour_long_wait_is_one_call_never_cut_short() {
     assert_eq!(clock.now(), 3_600_000_000_000);
     assert_eq!(
         bucket.try_acquire(1),
-        Err(Denied::Insufficient {
-            retry_after: Duration::from_secs(3_600)
-        })
+        Err(Denied::insufficient(Duration::from_secs(3_600)))
     );
 }
 

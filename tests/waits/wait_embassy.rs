@@ -178,12 +178,7 @@ fn timeouts_fail_at_once_when_the_tokens_come_too_late_and_take_nothing() {
     assert_eq!(
         *results.lock().unwrap(),
         [
-            (
-                ms(0),
-                Err(Denied::Insufficient {
-                    retry_after: ms(600)
-                })
-            ),
+            (ms(0), Err(Denied::insufficient(ms(600)))),
             (ms(400), Ok(ms(400))),
         ]
     );
@@ -396,9 +391,7 @@ fn the_delay_ns_wait_sleeps_until_the_tokens_are_due() {
             Ok(ms(250)),
             Ok(ms(500)),
             Err(Denied::ExceedsCapacity { burst: 2 }),
-            Err(Denied::Insufficient {
-                retry_after: ms(400)
-            }),
+            Err(Denied::insufficient(ms(400))),
         ]
     );
 }
@@ -438,9 +431,7 @@ fn a_keyed_tables_waits_line_up_per_key_and_a_full_table_fails_at_once() {
     }
     let ms = Duration::from_millis;
     let full = Err(KeyedDenied::Full { capacity: 2 });
-    let gave_up = Err(KeyedDenied::Denied(Denied::Insufficient {
-        retry_after: ms(50),
-    }));
+    let gave_up = Err(KeyedDenied::Denied(Denied::insufficient(ms(50))));
     assert_eq!(
         *served.lock().unwrap(),
         [

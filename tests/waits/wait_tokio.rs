@@ -283,21 +283,9 @@ async fn acquire_timeout_that_cannot_succeed_returns_at_once_and_takes_nothing()
     let bucket = bucket(five_per_second().start_empty());
     // (n, timeout, result): tokens accrue every 200 ms from empty.
     let rows = [
-        (
-            1,
-            ms(0),
-            Err(Denied::Insufficient {
-                retry_after: ms(200),
-            }),
-        ),
-        (1, ms(199), Err(Denied::Insufficient { retry_after: ms(1) })),
-        (
-            5,
-            ms(900),
-            Err(Denied::Insufficient {
-                retry_after: ms(100),
-            }),
-        ),
+        (1, ms(0), Err(Denied::insufficient(ms(200)))),
+        (1, ms(199), Err(Denied::insufficient(ms(1)))),
+        (5, ms(900), Err(Denied::insufficient(ms(100)))),
         (6, Duration::MAX, Err(Denied::ExceedsCapacity { burst: 5 })),
         (0, ms(0), Ok(Duration::ZERO)),
     ];

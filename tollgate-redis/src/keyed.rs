@@ -404,9 +404,7 @@ impl Inner {
                     })
                 } else {
                     let short = (l.cost(n) as i128 - level).max(0) as u128;
-                    Err(Error::by_redis(Denied::Insufficient {
-                        retry_after: l.duration(short),
-                    }))
+                    Err(Error::by_redis(Denied::insufficient(l.duration(short))))
                 }
             }
             // Run past its deadline: it took nothing.

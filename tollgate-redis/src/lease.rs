@@ -170,13 +170,11 @@ impl LeasedBucket {
             // Not `size` tokens within half a lifetime. `n` come `size - n` tokens' time
             // sooner: ask for them now if that is now, else say when.
             let sooner = Duration::from_nanos(((size - n) as u64).saturating_mul(self.token_ns));
-            if size > n && *retry_after <= sooner {
+            if size > n && retry_after.get() <= sooner {
                 leased = self.lease(n).await;
             } else {
                 leased = Err(Error::Denied {
-                    denied: Denied::Insufficient {
-                        retry_after: retry_after.saturating_sub(sooner),
-                    },
+                    denied: Denied::insufficient(retry_after.get().saturating_sub(sooner)),
                     source: *source,
                 });
             }
@@ -197,13 +195,9 @@ impl LeasedBucket {
         }
         match self.take(&mut state, n, Instant::now()) {
             Local::Granted(source) => Ok(source),
-            Local::NotYet(retry_after) => {
-                Err(Error::by_redis(Denied::Insufficient { retry_after }))
-            }
+            Local::NotYet(retry_after) => Err(Error::by_redis(Denied::insufficient(retry_after))),
             // A lease of at least `n` tokens, just taken: not spent unless the lifetime is zero.
-            Local::Spent => Err(Error::by_redis(Denied::Insufficient {
-                retry_after: Duration::ZERO,
-            })),
+            Local::Spent => Err(Error::by_redis(Denied::insufficient(Duration::ZERO))),
         }
     }
 
@@ -245,13 +239,11 @@ impl LeasedBucket {
         match self.take(&mut state, n, now) {
             Local::Granted(source) => Some(Ok(source)),
             Local::NotYet(retry_after) => {
-                Some(Err(Error::by_redis(Denied::Insufficient { retry_after })))
+                Some(Err(Error::by_redis(Denied::insufficient(retry_after))))
             }
             Local::Spent => {
                 let refused = state.refused_until.filter(|until| *until > now)?;
-                Some(Err(Error::by_redis(Denied::Insufficient {
-                    retry_after: refused - now,
-                })))
+                Some(Err(Error::by_redis(Denied::insufficient(refused - now))))
             }
         }
     }

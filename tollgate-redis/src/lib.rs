@@ -287,7 +287,7 @@ impl RedisBucket {
                 } else {
                     wait.saturating_sub(max_wait)
                 };
-                Err(Error::by_redis(Denied::Insufficient { retry_after }))
+                Err(Error::by_redis(Denied::insufficient(retry_after)))
             }
             Err(Fault::Rejected(error)) => Err(Error::Rejected(error)),
             Err(fault) => match &inner.policy {
@@ -685,9 +685,9 @@ impl Inner {
                 };
                 Ok((grant, taken(held)))
             }
-            Ok(reply) => Err(Error::by_redis(Denied::Insufficient {
-                retry_after: l.duration(short(cost, reply.level)),
-            })),
+            Ok(reply) => Err(Error::by_redis(Denied::insufficient(
+                l.duration(short(cost, reply.level)),
+            ))),
             Err(Fault::Rejected(error)) => Err(Error::Rejected(error)),
             Err(fault) => match &self.policy {
                 Policy::FailClosed => Err(Error::Unavailable(fault)),

@@ -192,9 +192,7 @@ fn the_twelve_requests_of_the_tour() {
     assert_eq!(granted, [y, y, y, y, y, y, y, n, y, n, y, n]);
     assert_eq!(
         seen[7],
-        Seen::Denied(Denied::Insufficient {
-            retry_after: Duration::from_millis(100)
-        })
+        Seen::Denied(Denied::insufficient(Duration::from_millis(100)))
     );
 }
 
@@ -391,7 +389,7 @@ fn ms(ms: u64) -> Duration {
 }
 
 fn insufficient(retry_after: Duration) -> Denied {
-    Denied::Insufficient { retry_after }
+    Denied::insufficient(retry_after)
 }
 
 #[test]

@@ -94,9 +94,7 @@ impl RedisBucket {
         if ahead > 0 && !inner.line.in_outage() {
             let estimate = inner.due_in(ahead.saturating_add(cost));
             if estimate > timeout {
-                return Err(Error::by_redis(Denied::Insufficient {
-                    retry_after: estimate - timeout,
-                }));
+                return Err(Error::by_redis(Denied::insufficient(estimate - timeout)));
             }
         }
         // Whether to wait for the estimate before asking: not for a caller that found nobody
@@ -108,18 +106,14 @@ impl RedisBucket {
         loop {
             if !place.until_head(deadline).await {
                 let estimate = inner.due_in(place.ahead_units().saturating_add(cost));
-                return Err(Error::by_redis(Denied::Insufficient {
-                    retry_after: estimate,
-                }));
+                return Err(Error::by_redis(Denied::insufficient(estimate)));
             }
             if core::mem::take(&mut estimate_first) && place.is_head() && !inner.line.in_outage() {
                 // At the head: ask Redis when the estimate says the tokens are there.
                 let due_in = inner.due_in(cost);
                 if let Some(left) = left() {
                     if due_in > left {
-                        return Err(Error::by_redis(Denied::Insufficient {
-                            retry_after: due_in - left,
-                        }));
+                        return Err(Error::by_redis(Denied::insufficient(due_in - left)));
                     }
                 }
                 if !due_in.is_zero() {
@@ -152,17 +146,15 @@ impl RedisBucket {
                 error => return Err(error),
             };
             if let Some(left) = left() {
-                if retry_after > left {
+                if retry_after.get() > left {
                     return Err(Error::Denied {
-                        denied: Denied::Insufficient {
-                            retry_after: retry_after - left,
-                        },
+                        denied: Denied::insufficient(retry_after.get() - left),
                         source,
                     });
                 }
             }
             // (A zero sleep would still wait for the timer's next millisecond.)
-            tokio::time::sleep(retry_after.max(Duration::from_micros(1))).await;
+            tokio::time::sleep(retry_after.get().max(Duration::from_micros(1))).await;
             slept = true;
         }
     }

@@ -16,6 +16,10 @@ use tollgate::{Clock, KeyHasher, KeyedDenied, KeyedLimiter, TokenBucket, Word};
 /// A limit that a request either passes, taking one token, or not.
 pub trait Limit<Req> {
     /// Takes one token for `request`, or says why not.
+    // A refusal carries the denial (whose `retry_after` is worked out when read, from what it
+    // carries), the quota and two durations: built only on a refusal and returned in place,
+    // it is not worth a heap allocation per refusal to make the error smaller.
+    #[allow(clippy::result_large_err)]
     fn check(&self, request: &Req) -> Result<(), RateLimited>;
 }
 

@@ -210,9 +210,9 @@ async fn backpressure_with_a_bound_refuses_waits_beyond_it() {
     );
     assert_eq!(
         refused.denial(),
-        Some(KeyedDenied::Denied(Denied::Insufficient {
-            retry_after: Duration::from_millis(500)
-        }))
+        Some(KeyedDenied::Denied(Denied::insufficient(
+            Duration::from_millis(500)
+        )))
     );
     // Calling without readiness passes nothing on.
     let error = service.call(1).await.unwrap_err();

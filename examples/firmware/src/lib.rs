@@ -6,6 +6,7 @@
 #![no_std]
 
 pub mod board;
+pub mod cost;
 #[cfg(feature = "embassy")]
 pub mod embassy_driver;
 pub mod size;

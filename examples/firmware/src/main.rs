@@ -33,8 +33,10 @@ static TABLE: TokenBucket<SysTickClock> =
     TokenBucket::new(Quota::new(Rate::per_second(2)).burst(5), SysTickClock);
 
 /// The design's example again, on the 64-bit word (the Cortex-M3 only: the firmware enables
-/// tollgate's `word64` and portable-atomic's critical-section fallback there). It must answer
-/// exactly as `TABLE` does, and hold a century of idle time.
+/// tollgate's `word64` and portable-atomic's fallback there, a global seqlock: see
+/// `Cargo.toml`). It must answer exactly as `TABLE` does, and hold a century of idle time.
+/// Taken from the main loop only: an interrupt handler meeting the fallback's lock held by
+/// the code it interrupted would spin for ever.
 #[cfg(board = "lm3s6965evb")]
 static WIDE: TokenBucket<SysTickClock, u64> =
     TokenBucket::<_, u64>::new_with_word(Quota::new(Rate::per_second(2)).burst(5), SysTickClock);
@@ -212,7 +214,7 @@ fn twelve_requests<W: Word>(table: &TokenBucket<SysTickClock, W>) -> bool {
                 "request {:>2} at {} s: BLOCKED (retry after {} ms)",
                 n,
                 Seconds(since),
-                Millis(retry_after.as_nanos() as u64)
+                Millis(retry_after.get().as_nanos() as u64)
             ),
             Err(other) => hprintln!("request {:>2} at {} s: {}", n, Seconds(since), other),
         }
@@ -240,7 +242,7 @@ fn wide_word() -> bool {
     let horizon = WIDE.idle_horizon().as_secs();
     let ok = agrees && horizon >= CENTURY_SECS;
     hprintln!(
-        "64-bit word ({} bytes, portable-atomic's critical-section fallback): the design's \
+        "64-bit word ({} bytes, portable-atomic's seqlock fallback): the design's \
          table, idle horizon {} years: {}",
         core::mem::size_of::<TokenBucket<SysTickClock, u64>>(),
         horizon / 31_557_600,

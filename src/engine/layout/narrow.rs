@@ -38,6 +38,15 @@ pub struct Narrow {
 #[derive(Clone, Copy, Debug)]
 pub struct Unpacked(Layout);
 
+impl Unpacked {
+    /// `layout` as a bucket reads it: a layout known at compile time (`Folded`'s), whose
+    /// fields the optimizer folds into the code.
+    #[inline(always)]
+    pub(crate) const fn of(layout: Layout) -> Unpacked {
+        Unpacked(layout)
+    }
+}
+
 impl Deref for Unpacked {
     type Target = Layout;
     #[inline]

@@ -8,7 +8,7 @@
 //! differences are read as signed (`elapsed`): wrapping by design. Everything else is checked by
 //! construction: the burst and the debt bound each fit in a quarter of the word.
 
-use crate::clock::{ticks_to_duration_ceil, Clock};
+use crate::clock::Clock;
 use crate::engine::div::{div, div_wide};
 use crate::engine::layout::Layout;
 use crate::engine::word::Word;
@@ -51,9 +51,52 @@ impl Layout {
         self.keep(self.sub(now_units, self.start_units))
     }
 
+    /// Takes `cost` units at `now_units` without debt: `Ok(new word)`, or `Err(units short)`.
+    /// [`take`](Self::take) with no debt allowed, always inlined (`try_acquire`'s take).
+    #[inline(always)]
+    pub(crate) fn take_without_debt(
+        &self,
+        word: u64,
+        now_units: u64,
+        cost: u64,
+    ) -> Result<u64, u64> {
+        let level = self.level(word, now_units);
+        if level >= cost as i64 {
+            return Ok(self.at_level(now_units, level - cost as i64));
+        }
+        // cost - level < 2^62 + 2^63: it fits in a u64 even when the word is far ahead.
+        Err((cost as i64).wrapping_sub(level) as u64)
+    }
+
+    /// [`take_without_debt`](Self::take_without_debt) on the 32-bit word read every tick
+    /// (`shift = 0`, so the modulus is 2^32): the same answer in 32-bit arithmetic, which on a
+    /// 32-bit core is half the instructions of the general take's 64-bit numbers. Exact because
+    /// `negative_from` is above 2^31 there (the negative window is under half the ring), so a
+    /// difference on the negative side is the same number read as an `i32`; the ceiling, the
+    /// cost (at most the ceiling) and the negative window are below 2^25.
+    #[inline(always)]
+    pub(crate) fn take_narrow(&self, word: u64, now_units: u64, cost: u64) -> Result<u64, u64> {
+        debug_assert!(self.word_bits == 32 && self.shift == 0 && self.modulus == 1 << 32);
+        debug_assert!(self.negative_from > 1 << 31 && self.ceiling_units < 1 << 25);
+        let now = now_units as u32;
+        let d = now.wrapping_sub(word as u32);
+        let level = if u64::from(d) >= self.negative_from {
+            d as i32
+        } else {
+            d.min(self.ceiling_units as u32) as i32
+        };
+        let cost = cost as i32;
+        if level >= cost {
+            let new = u64::from(now.wrapping_sub((level - cost) as u32));
+            // `keep`: never the never-used mark, one unit later instead.
+            return Ok(new + u64::from(new == crate::engine::word::unused_mark(32)));
+        }
+        Err(u64::from((cost - level) as u32))
+    }
+
     /// Takes `cost` units at `now_units`, running at most `max_debt` units into debt.
     /// `Ok((new word, debt after))`, or `Err(units short beyond max_debt)`.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn take(
         &self,
         word: u64,
@@ -73,8 +116,10 @@ impl Layout {
         Ok((self.keep(self.add(now_units, short)), short))
     }
 
-    /// Takes `cost` units at `now_ticks` (`now_units` in units) without debt, or says how long
-    /// until it could: the whole of `try_acquire`, for every bucket kind.
+    /// Takes `cost` units at `now_ticks` (`now_units` in units) without debt, or the denial
+    /// that carries what its wait needs: a transition for a CAS driver (`AdjustableBucket`'s,
+    /// which targets without 64-bit atomics do not build).
+    #[cfg_attr(not(target_has_atomic = "64"), allow(dead_code))]
     #[inline]
     pub(crate) fn take_now<C: Clock + ?Sized, W: Word>(
         &self,
@@ -83,34 +128,28 @@ impl Layout {
         now_units: u64,
         cost: u64,
     ) -> Result<(u64, ()), Denied> {
-        // The 64-bit word takes the shortest path; on the 32-bit word, whose 64-bit arithmetic is
-        // two instructions a step on a 32-bit core, the general take is the smaller code.
         let taken = if W::BITS == 64 {
             self.wide_take().take(word, now_units, cost)
         } else {
-            self.take(word, now_units, cost, 0).map(|(word, _)| word)
+            self.take_without_debt(word, now_units, cost)
         };
-        self.answer::<C>(taken, now_ticks)
-    }
-
-    /// A take's answer from `Ok(new word)` or `Err(units short)` at `now_ticks`: the new word,
-    /// or the denial with its wait.
-    #[inline]
-    pub(crate) fn answer<C: Clock + ?Sized>(
-        &self,
-        taken: Result<u64, u64>,
-        now_ticks: u64,
-    ) -> Result<(u64, ()), Denied> {
         match taken {
             Ok(word) => Ok((word, ())),
-            Err(short) => Err(Denied::Insufficient {
-                retry_after: ticks_to_duration_ceil::<C>(self.ticks_until(now_ticks, short)),
-            }),
+            Err(short) => Err(self.denied::<C>(now_ticks, short)),
+        }
+    }
+
+    /// The denial of a take `short` units short at `now_ticks`: what its `retry_after` needs,
+    /// carried, not worked out (no division on a path that is not asked for a duration).
+    #[inline(always)]
+    pub(crate) fn denied<C: Clock + ?Sized>(&self, now_ticks: u64, short: u64) -> Denied {
+        Denied::Insufficient {
+            retry_after: crate::RetryAfter::of_units::<C>(self, now_ticks, short),
         }
     }
 
     /// The fields a take without debt on the 64-bit word reads, by value: see [`WideTake`].
-    #[inline]
+    #[inline(always)]
     pub(crate) fn wide_take(&self) -> WideTake {
         WideTake {
             modulus: self.modulus,
@@ -198,41 +237,14 @@ impl Layout {
     /// point); saturating.
     #[inline]
     pub(crate) fn ticks_until(&self, now_ticks: u64, units: u64) -> u64 {
-        if units == 0 {
-            return 0;
-        }
-        let a = self.units_per_quantum.get();
-        if self.fraction_bits != 0 {
-            // The least d with floor((now + d) M / 2^f) >= floor(now M / 2^f) + units:
-            // d M >= units · 2^f - (now M mod 2^f), with f = 32 (constant shifts: on a 32-bit
-            // core, moves of halves).
-            if units > u64::from(u32::MAX) {
-                return u64::MAX;
-            }
-            let behind = u64::from(now_ticks.wrapping_mul(a) as u32);
-            // Rounded up as floor((x - 1) / M) + 1, x > 0 (units >= 1, behind < 2^32): one
-            // division and no product to check it by.
-            return div_wide((units << 32) - behind - 1, a) + 1;
-        }
-        // Most layouts take a power of two of units a quantum (one, for rates that divide the
-        // clock's frequency): on a 64-bit host a shift, not a division, on the denial path.
-        let quanta = if !NARROW_DIVISION && a.is_power_of_two() {
-            ((units - 1) >> a.trailing_zeros()) + 1
-        } else if NARROW_DIVISION && self.word_bits == 32 {
-            // On a 32-bit core, the 32-bit word: `A` is below 2^32, and so is any wait's units
-            // (the ring holds 2^32; beyond it, saturating as in fixed point), so one 32-bit
-            // division, smaller there than the shift by a variable amount of a 64-bit number.
-            if units > u64::from(u32::MAX) {
-                return u64::MAX;
-            }
-            u64::from(((units - 1) as u32).checked_div(a as u32).unwrap_or(0)) + 1
-        } else {
-            div(units - 1, a) + 1
-        };
-        let due = (now_ticks >> self.shift)
-            .wrapping_add(quanta)
-            .wrapping_shl(u32::from(self.shift));
-        due.wrapping_sub(now_ticks)
+        ticks_until(
+            self.units_per_quantum.get(),
+            self.shift,
+            self.fraction_bits != 0,
+            self.word_bits == 32,
+            now_ticks,
+            units,
+        )
     }
 
     /// The cost of `n` tokens in units, or `ExceedsCapacity`.
@@ -313,13 +325,13 @@ impl Layout {
 
     /// Units in the bucket at `now_units`, at most the ceiling (the burst and less than a
     /// step; see `Layout::ceiling_units`).
-    #[inline]
+    #[inline(always)]
     fn level(&self, word: u64, now_units: u64) -> i64 {
         self.elapsed(now_units, word).min(self.ceiling_units as i64)
     }
 
     /// The word whose level at `now_units` is `level`.
-    #[inline]
+    #[inline(always)]
     fn at_level(&self, now_units: u64, level: i64) -> u64 {
         let word = if level >= 0 {
             self.sub(now_units, level as u64)
@@ -331,7 +343,7 @@ impl Layout {
 
     /// Units from `from` to `to`, negative when `from` is ahead: differences at or above
     /// `negative_from` read as negative.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn elapsed(&self, to: u64, from: u64) -> i64 {
         self.wide_take().elapsed(to, from)
     }
@@ -340,7 +352,7 @@ impl Layout {
     /// That is the mark plus one, without a wrap to check: a word equal to the mark is below
     /// the modulus, and every modulus is even (2^32, 2^64, or `A · 2^k` with `k >= 1`), while
     /// the mark is even too, so one more is still below it.
-    #[inline]
+    #[inline(always)]
     fn keep(&self, word: u64) -> u64 {
         if word == self.unused() {
             word + 1
@@ -350,13 +362,13 @@ impl Layout {
     }
 
     /// `a - b` modulo the word, for `a, b` below it.
-    #[inline]
+    #[inline(always)]
     fn sub(&self, a: u64, b: u64) -> u64 {
         self.wide_take().sub(a, b)
     }
 
     /// `a + b` modulo the word, for `a, b` below it.
-    #[inline]
+    #[inline(always)]
     fn add(&self, a: u64, b: u64) -> u64 {
         let (s, carry) = a.overflowing_add(b);
         if carry || (self.modulus != 0 && s >= self.modulus) {
@@ -462,7 +474,7 @@ impl WideTake {
     /// `negative_from - cost` (the ceiling, at least `cost`, is below `negative_from`). A
     /// denial then costs a subtraction and a comparison past the word's load, and a grant one
     /// minimum and a subtraction more.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn take(self, word: u64, now_units: u64, cost: u64) -> Result<u64, u64> {
         debug_assert!(cost <= self.ceiling_units && self.ceiling_units < self.negative_from);
         let d = self.sub(now_units, word);
@@ -478,13 +490,13 @@ impl WideTake {
     }
 
     /// Units from `from` to `to`, negative when `from` is ahead ([`Layout::elapsed`]).
-    #[inline]
+    #[inline(always)]
     fn elapsed(self, to: u64, from: u64) -> i64 {
         self.signed(self.sub(to, from))
     }
 
     /// A difference modulo the word read as signed: at or above `negative_from`, negative.
-    #[inline]
+    #[inline(always)]
     fn signed(self, d: u64) -> i64 {
         if d >= self.negative_from {
             d.wrapping_sub(self.modulus) as i64
@@ -494,10 +506,127 @@ impl WideTake {
     }
 
     /// `a - b` modulo the word, for `a, b` below it.
-    #[inline]
+    #[inline(always)]
     fn sub(self, a: u64, b: u64) -> u64 {
         let (d, borrow) = a.overflowing_sub(b);
         // The modulus or nothing, added without a branch (0 where the modulus is 2^64).
         d.wrapping_add(if borrow { self.modulus } else { 0 })
+    }
+}
+
+/// Ticks from `now_ticks` until `units` more have accrued on a layout of `a` units a quantum of
+/// 2^`shift` ticks, or (`fixed`) in 32-bit fixed point, on the 32-bit word if `narrow`;
+/// saturating. [`Layout::ticks_until`], from the few fields a denial carries
+/// ([`RetryAfter`](crate::RetryAfter)), so that it is worked out only when read.
+#[inline]
+pub(crate) fn ticks_until(
+    a: u64,
+    shift: u8,
+    fixed: bool,
+    narrow: bool,
+    now_ticks: u64,
+    units: u64,
+) -> u64 {
+    if units == 0 {
+        return 0;
+    }
+    if fixed {
+        // The least d with floor((now + d) M / 2^f) >= floor(now M / 2^f) + units:
+        // d M >= units · 2^f - (now M mod 2^f), with f = 32 (constant shifts: on a 32-bit
+        // core, moves of halves).
+        if units > u64::from(u32::MAX) {
+            return u64::MAX;
+        }
+        let behind = u64::from(now_ticks.wrapping_mul(a) as u32);
+        // Rounded up as floor((x - 1) / M) + 1, x > 0 (units >= 1, behind < 2^32): one
+        // division and no product to check it by.
+        return div_wide((units << 32) - behind - 1, a) + 1;
+    }
+    // Most layouts take a power of two of units a quantum (one, for rates that divide the
+    // clock's frequency): on a 64-bit host a shift, not a division, on the denial path.
+    let quanta = if !NARROW_DIVISION && a.is_power_of_two() {
+        ((units - 1) >> a.trailing_zeros()) + 1
+    } else if NARROW_DIVISION && narrow {
+        // On a 32-bit core, the 32-bit word: `A` is below 2^32, and so is any wait's units
+        // (the ring holds 2^32; beyond it, saturating as in fixed point), so one 32-bit
+        // division, smaller there than the shift by a variable amount of a 64-bit number.
+        if units > u64::from(u32::MAX) {
+            return u64::MAX;
+        }
+        u64::from(((units - 1) as u32).checked_div(a as u32).unwrap_or(0)) + 1
+    } else {
+        div(units - 1, a) + 1
+    };
+    let due = (now_ticks >> shift)
+        .wrapping_add(quanta)
+        .wrapping_shl(u32::from(shift));
+    due.wrapping_sub(now_ticks)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Quota, Rate};
+    use core::time::Duration;
+
+    /// `take_narrow` is `take_without_debt` in 32-bit arithmetic: the same answer for every
+    /// word and reading, on every 32-bit layout read every tick. The words tried sit where the
+    /// two could part: around the split between elapsed time and debt, at the never-used mark
+    /// and the values either side, at the ceiling, and at the ends of the ring.
+    #[test]
+    fn the_narrow_take_answers_as_the_general_one() {
+        let rates = [
+            Rate::per_second(2),
+            Rate::per_second(10),
+            Rate::per_minute(171),
+            Rate::per_second(100_000),
+            Rate::per_second(8_000_000),
+            Rate::new(3, Duration::from_millis(700)),
+        ];
+        let mut layouts = 0;
+        let mut checked = 0u64;
+        for rate in rates {
+            for burst in [1, 2, 5, 1_000, 10_000] {
+                for hz in [32_768, 1_000_000, 12_500_000, 16_000_000, 1_000_000_000] {
+                    let Ok(p) = Layout::solve(&Quota::new(rate).burst(burst), hz, 32) else {
+                        continue;
+                    };
+                    if p.shift != 0 {
+                        continue;
+                    }
+                    layouts += 1;
+                    let mark = crate::engine::word::unused_mark(32);
+                    let (nf, ceiling) = (p.negative_from, p.ceiling_units);
+                    let nows = [0, 1, 12_345, mark - 1, mark, mark + 1, u64::from(u32::MAX)];
+                    let mut offsets = std::vec![0, 1, 2, ceiling - 1, ceiling, ceiling + 1];
+                    offsets.extend([nf - 1, nf, nf + 1, (1 << 32) - 1, 1 << 31, (1 << 31) - 1]);
+                    offsets.extend([mark.wrapping_sub(ceiling), (1 << 32) - ceiling]);
+                    for now in nows {
+                        for offset in &offsets {
+                            // The word `offset` units before `now`, and the mark itself.
+                            let word = now.wrapping_sub(*offset) & 0xFFFF_FFFF;
+                            for word in [word, mark] {
+                                let upt = p.units_per_token.get();
+                                for cost in [upt, 2 * upt, ceiling] {
+                                    if cost > ceiling {
+                                        continue;
+                                    }
+                                    assert_eq!(
+                                        p.take_narrow(word, now, cost),
+                                        p.take_without_debt(word, now, cost),
+                                        "{rate} burst {burst} on {hz} Hz: word {word}, now {now}, cost {cost}"
+                                    );
+                                    checked += 1;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert!(
+            layouts >= 20 && checked >= 10_000,
+            "{layouts} layouts, {checked} takes"
+        );
     }
 }

@@ -291,9 +291,7 @@ where
             WordCell::<W>::new(word, p).update_fresh(clock, |word, now, now_units| {
                 let (due_units, wait_ticks) = p
                     .reserve(word, now, now_units, cost, ahead_ticks)
-                    .map_err(|retry| Denied::Insufficient {
-                        retry_after: ticks_to_duration_ceil::<C>(retry),
-                    })?;
+                    .map_err(|retry| Denied::insufficient(ticks_to_duration_ceil::<C>(retry)))?;
                 let taken = KeyTake {
                     cost,
                     tier: index,
@@ -578,7 +576,7 @@ where
     /// per_host.acquire(&7u32, 1).await?;
     /// assert_eq!(
     ///     per_host.acquire_timeout(&7, 1, Duration::from_millis(400)).await,
-    ///     Err(KeyedDenied::Denied(Denied::Insufficient { retry_after: Duration::from_millis(600) }))
+    ///     Err(KeyedDenied::Denied(Denied::insufficient(Duration::from_millis(600))))
     /// );
     /// assert_eq!(per_host.acquire_timeout(&7, 1, Duration::from_secs(1)).await, Ok(Duration::from_secs(1)));
     /// # Ok(())

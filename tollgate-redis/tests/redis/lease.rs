@@ -79,7 +79,7 @@ async fn lease_until_the_end() {
                 ..
             }) => {
                 let left = Duration::from_micros(end_us.saturating_sub(unix_us()));
-                tokio::time::sleep(retry_after.min(left).max(Duration::from_micros(1))).await;
+                tokio::time::sleep(retry_after.get().min(left).max(Duration::from_micros(1))).await;
             }
             Err(error) => panic!("worker: {error}"),
         }

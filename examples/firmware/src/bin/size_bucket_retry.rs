@@ -7,11 +7,14 @@
 use core::hint::black_box;
 
 use cortex_m_rt::entry;
-use tollgate::{Quota, Rate, TokenBucket};
+use tollgate::{static_bucket, Quota, Rate};
 use tollgate_firmware::size::CounterClock;
 
-static GATE: TokenBucket<CounterClock> =
-    TokenBucket::new(Quota::new(Rate::per_second(2)).burst(5), CounterClock);
+static_bucket! {
+    /// Declared as a firmware declares a `static` bucket: its quota folded into the code.
+    static GATE: TokenBucket<CounterClock> =
+        TokenBucket::new(Quota::new(Rate::per_second(2)).burst(5), CounterClock);
+}
 
 #[entry]
 fn main() -> ! {
