@@ -18,7 +18,10 @@
 //!   gets that sleeps to each instant and loses only the time it wakes more than a token's
 //!   time late (the most any waiter at that burst keeps when its wake-ups are that late);
 //! - **1 000 waiters** at 500/s with a burst of 1: order inversions, the pairs served in the
-//!   reverse of the order they asked in.
+//!   reverse of the order they asked in;
+//! - **64 tasks at 10^7/s**, burst 1 000: a cap that binds, its share and the cores spent;
+//! - **16 threads blocking** at 1 000/s with a burst of 1 (no runtime): the rate and the cores,
+//!   beside governor's check-and-sleep loop.
 //!
 //! Real time, so the figures move with the machine's load: each is the median of 3 runs.
 //!
@@ -410,11 +413,13 @@ fn real_time() {
         per_second: 1_000_000,
         burst: 1_000,
     };
+    let tight = TIGHT;
     println!(
         "\n| limiter | 64 tasks, 10^9/s: grants/s (cores used) | 64 tasks, 10^6/s burst 1 000: share of the cap | \
+         64 tasks, 10^7/s burst 1 000: share of the cap (cores used) | \
          1 waiter, 1 000/s burst 1: grants/s (host's floor; CPU) | 1 000 waiters, 500/s: inversions (CPU) |"
     );
-    println!("|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|");
     // Far above demand the figure is two threads on one word, and it moves by half from one
     // run to the next for every limiter alike: these runs are interleaved, every limiter once a
     // round, and each is compared with its peer round by round.
@@ -443,6 +448,17 @@ fn real_time() {
             );
             run.grants as f64 / cap
         }));
+        let capped = median(std::array::from_fn::<_, RUNS, _>(|_| {
+            let run = many_tasks(which, tight, 64, length);
+            let seconds = run.elapsed.as_secs_f64();
+            let cap = tight.burst as f64 + tight.per_second as f64 * seconds;
+            assert!(
+                run.grants as f64 <= cap,
+                "{name} granted {} over a cap of {cap}",
+                run.grants
+            );
+            (run.grants as f64 / cap, run.cpu.as_secs_f64() / seconds)
+        }));
         let one = Limit {
             per_second: 1_000,
             burst: 1,
@@ -469,10 +485,12 @@ fn real_time() {
             (inverted, cpu)
         }));
         println!(
-            "| {name} | {:.1} M ({:.1}) | {:.1} % | {:.1}/s ({:.1}/s; {:.0} % of a core) | {} of 499 500 ({:.2} s) |",
+            "| {name} | {:.1} M ({:.1}) | {:.1} % | {:.1} % ({:.2}) | {:.1}/s ({:.1}/s; {:.0} % of a core) | {} of 499 500 ({:.2} s) |",
             free.0 / 1e6,
             free.1,
             bound * 100.0,
+            capped.0 * 100.0,
+            capped.1,
             single.0,
             floor,
             single.1 * 100.0,
@@ -496,17 +514,167 @@ fn real_time() {
     }
 }
 
+/// One real-time figure alone, every limiter once: `blocking`, `tight` (64 tasks at
+/// [`TIGHT`]) or `order` (1 000 waiters at 500/s).
+fn probe(only: &str) {
+    let length = run_length();
+    if only == "blocking" {
+        return blocking();
+    }
+    for (which, name) in NAMES.iter().enumerate() {
+        if only == "tight" {
+            let run = many_tasks(which, TIGHT, 64, length);
+            let seconds = run.elapsed.as_secs_f64();
+            let cap = TIGHT.burst as f64 + TIGHT.per_second as f64 * seconds;
+            println!(
+                "{name}: {:.1} % of the cap, {:.2} cores",
+                run.grants as f64 / cap * 100.0,
+                run.cpu.as_secs_f64() / seconds
+            );
+        } else {
+            let (inverted, cpu) = inversions(
+                which,
+                Limit {
+                    per_second: 500,
+                    burst: 1,
+                },
+                1_000,
+            );
+            println!("{name}: {inverted} inversions ({:.2} s)", cpu.as_secs_f64());
+        }
+    }
+}
+
 /// Runs of each real-time figure.
 const RUNS: usize = 3;
+
+/// A cap that binds 64 tasks taking one token at a time.
+const TIGHT: Limit = Limit {
+    per_second: 10_000_000,
+    burst: 1_000,
+};
+
+/// The blocking limiters compared: threads, no runtime.
+const BLOCKING: [&str; 4] = [
+    "tollgate acquire_blocking (StdClock)",
+    "governor check + sleep (MonotonicClock)",
+    "tollgate acquire_blocking (TscClock)",
+    "governor check + sleep (QuantaClock)",
+];
+
+/// `threads` threads taking one token at a time at `limit` for `length`, through limiter
+/// `which` of [`BLOCKING`]: governor's check-and-sleep loop sleeps the time its refusal names
+/// and checks again.
+fn blocking_threads(which: usize, limit: Limit, threads: usize, length: Duration) -> Run {
+    let quota = Quota::new(Rate::per_second(limit.per_second)).burst(u64::from(limit.burst));
+    let governor_quota =
+        governor::Quota::per_second(NonZeroU32::new(limit.per_second as u32).unwrap())
+            .allow_burst(NonZeroU32::new(limit.burst).unwrap());
+    let std_bucket = TokenBucket::try_new(quota, tollgate::StdClock).unwrap();
+    let tsc_bucket = TokenBucket::try_new(quota, TscClock::new()).unwrap();
+    let governor_std: GovernorStd =
+        governor::RateLimiter::direct_with_clock(governor_quota, MonotonicClock);
+    let governor_quanta = governor::RateLimiter::direct(governor_quota);
+    let quanta_clock = governor::clock::QuantaClock::default();
+    let acquire = || match which {
+        0 => drop(std_bucket.acquire_blocking(1).unwrap()),
+        1 => {
+            while let Err(not_until) = governor_std.check() {
+                std::thread::sleep(not_until.wait_time_from(Instant::now()));
+            }
+        }
+        2 => drop(tsc_bucket.acquire_blocking(1).unwrap()),
+        _ => {
+            use governor::clock::Clock as _;
+            while let Err(not_until) = governor_quanta.check() {
+                std::thread::sleep(not_until.wait_time_from(quanta_clock.now()));
+            }
+        }
+    };
+    let cpu = cpu_time();
+    let start = Instant::now();
+    let grants: u64 = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut grants = 0u64;
+                    while start.elapsed() < length {
+                        acquire();
+                        grants += 1;
+                    }
+                    grants
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).sum()
+    });
+    let elapsed = start.elapsed();
+    Run {
+        grants,
+        elapsed,
+        cpu: cpu_time().saturating_sub(cpu),
+    }
+}
+
+/// 16 threads blocking at 1 000/s with a burst of 1: the rate they get and the cores spent.
+/// Interleaved rounds, every limiter once a round.
+fn blocking() {
+    let length = run_length() * 2;
+    let limit = Limit {
+        per_second: 1_000,
+        burst: 1,
+    };
+    let mut runs = vec![Vec::with_capacity(RUNS); BLOCKING.len()];
+    for _ in 0..RUNS {
+        for (which, runs) in runs.iter_mut().enumerate() {
+            let run = blocking_threads(which, limit, 16, length);
+            let seconds = run.elapsed.as_secs_f64();
+            assert!(
+                run.grants as f64 <= 1.0 + limit.per_second as f64 * seconds,
+                "{} granted {} in {seconds} s",
+                BLOCKING[which],
+                run.grants
+            );
+            runs.push((run.grants as f64 / seconds, run.cpu.as_secs_f64() / seconds));
+        }
+    }
+    println!(
+        "\n16 threads blocking at 1 000/s, burst 1, {RUNS} interleaved rounds of {length:?}: median (range)"
+    );
+    println!("\n| limiter | grants/s | cores used |");
+    println!("|---|---|---|");
+    for (name, runs) in BLOCKING.iter().zip(runs) {
+        let rates: Vec<f64> = runs.iter().map(|r| r.0).collect();
+        let cores: Vec<f64> = runs.iter().map(|r| r.1).collect();
+        let range = |v: &[f64]| {
+            (
+                v.iter().copied().fold(f64::INFINITY, f64::min),
+                v.iter().copied().fold(0.0, f64::max),
+            )
+        };
+        let ((rate_lo, rate_hi), (cpu_lo, cpu_hi)) = (range(&rates), range(&cores));
+        println!(
+            "| {name} | {:.1} ({rate_lo:.1}–{rate_hi:.1}) | {:.3} ({cpu_lo:.3}–{cpu_hi:.3}) |",
+            median(rates.clone()),
+            median(cores.clone()),
+        );
+    }
+}
 
 /// Rounds of the 64 tasks far above demand.
 const FREE_ROUNDS: usize = 5;
 
 fn main() {
+    // `WAITS_ONLY=blocking` (or `tight`, `order`): that real-time figure alone, for a probe.
+    if let Ok(only) = std::env::var("WAITS_ONLY") {
+        probe(&only);
+        return;
+    }
     let mut criterion = Criterion::default().configure_from_args();
     no_wait(&mut criterion);
     criterion.final_summary();
     if std::env::var_os("WAITS_NO_REAL_TIME").is_none() {
+        blocking();
         real_time();
     }
 }

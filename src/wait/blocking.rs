@@ -22,16 +22,28 @@ impl Wake for Unpark {
     }
 }
 
+/// How late a parked thread may wake, in `C`'s ticks: two milliseconds. A thread wakes after
+/// the kernel's timer slack and its own scheduling, well within that on an idle machine and
+/// beyond it only under load. A burst with room for that keeps what accrues meanwhile; with
+/// less, the head of a line takes its tokens this far ahead of their instant
+/// ([`Waiter::early`]), as the tokio wait does, so that a late wake-up delays the thread,
+/// never the bucket's schedule.
+fn park_lateness<C: Clock>() -> u64 {
+    2 * C::TICKS_PER_SECOND.div_ceil(1_000)
+}
+
 /// Runs `waiter` on this thread until it is served or gives up: parks between looks, for at
-/// most its timer.
+/// most its timer. `take(ahead)` may take up to `ahead` before the tokens' instant (see
+/// [`park_lateness`]).
 fn wait_blocking<B: Lined, const N: usize, T>(
-    mut waiter: Waiter<'_, B, N>,
-    mut take: impl FnMut() -> Result<T, Denied>,
+    waiter: Waiter<'_, B, N>,
+    mut take: impl FnMut(Duration) -> Result<T, Denied>,
 ) -> Result<(T, Duration), Denied> {
+    let mut waiter = waiter.early(park_lateness::<B::Clock>());
+    let early = waiter.early_ticks();
     let waker = Waker::from(Arc::new(Unpark(thread::current())));
     loop {
-        // Never early (no driver timer here wakes late): every take is at its instant.
-        let look = match waiter.step(&waker, |_ahead| take()) {
+        let look = match waiter.step(&waker, &mut take) {
             Step::Done(done) => return done,
             Step::Sleep(None) => {
                 thread::park();
@@ -39,25 +51,30 @@ fn wait_blocking<B: Lined, const N: usize, T>(
             }
             Step::Sleep(Some(look)) => look,
         };
-        // On a fresh reading: a thread scheduled late sleeps only what is left. The park
-        // timeout is precise to microseconds, so no early wake-up is needed.
-        match plan(look, waiter.now(), 0) {
+        // On a fresh reading: a thread scheduled late sleeps only what is left, and a turn
+        // is slept to `early` ahead, so that it wakes in time to take ahead.
+        match plan(look, waiter.now(), early) {
             Plan::Again => {}
             Plan::Sleep(ticks) => thread::park_timeout(ticks_to_duration_ceil::<B::Clock>(ticks)),
         }
     }
 }
 
-/// Waits in line for `cost` from `gate`, then sleeps `jitter` holding the take: every blocking
-/// wait. Returns the time waited, the jitter included.
+/// Waits in line for `cost` from `gate`, then sleeps holding the take until its tokens'
+/// instant (a take ahead of it, see [`park_lateness`]) and then `jitter`: every blocking
+/// wait. Returns the time waited, to the tokens' instant, the jitter included.
 pub(crate) fn acquire_blocking<G: ReserveNow, B: Lined, const N: usize>(
     gate: &G,
     waiter: Waiter<'_, B, N>,
     cost: G::Cost,
     jitter: &Jitter,
 ) -> Result<Duration, Denied> {
-    let (taken, waited) = wait_blocking(waiter, || gate.reserve_now(cost))?;
+    let ((taken, due_in), waited) = wait_blocking(waiter, |ahead| gate.reserve_ahead(cost, ahead))?;
     let guard = CancelOnDrop::new(gate, taken);
+    let waited = waited + due_in;
+    if !due_in.is_zero() {
+        thread::sleep(due_in);
+    }
     let jitter = jitter.after(waited);
     if !jitter.is_zero() {
         thread::sleep(jitter);
@@ -86,8 +103,13 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
     /// Threads wait in line, in arrival order, and only the one at the head takes its tokens,
     /// when they fall due: each sleeps until its estimated turn and, unless someone ahead gave
     /// up, wakes once. Nothing is taken before then, so a wait that ends early leaves the bucket
-    /// as if it had never queued. A thread arriving with nobody waiting takes at once when it
-    /// can. `n` above the burst fails at once with [`Denied::ExceedsCapacity`]; `n = 0` returns
+    /// as if it had never queued. (Where the burst cannot hold the two milliseconds a parked
+    /// thread may wake late, the head takes its tokens up to that much ahead of their instant
+    /// and sleeps the rest holding them: a late wake-up never moves the bucket's schedule, so
+    /// the threads get the rate.) A thread arriving with nobody waiting takes at once when it
+    /// can; one arriving while anyone waits in line waits behind them.
+    /// [`try_acquire`](Self::try_acquire) is not a wait: it takes what is at hand, line or
+    /// not. `n` above the burst fails at once with [`Denied::ExceedsCapacity`]; `n = 0` returns
     /// at once.
     ///
     /// The time waited is measured on the bucket's clock: at least the time the tokens took to

@@ -31,15 +31,17 @@ pub trait GiveBack {
 #[cfg(any(feature = "std", feature = "embedded-hal"))]
 /// A gate whose take completes at once: [`TokenBucket`], `AdjustableBucket`, [`Limits`].
 pub(crate) trait ReserveNow: GiveBack {
-    /// Takes `cost` now, or says how long until it could. A denial takes nothing.
+    /// Takes `cost` now, or says how long until it could. A denial takes nothing. The
+    /// `DelayNs` wait's take; a build without it has no caller.
+    #[cfg_attr(not(feature = "embedded-hal"), allow(dead_code))]
     fn reserve_now(&self, cost: Self::Cost) -> Result<Self::Taken, Denied>;
     /// Takes `cost` now if it falls due within `ahead`, and says how long until it is due (on
     /// the reading its compare-exchange landed on); otherwise says how long until the same call
     /// would succeed. A denial takes nothing. The async wait's take, where the timer may wake
     /// up to `ahead` late: taken early, the tokens are due at their instant however late the
-    /// caller acts, so the schedule loses nothing to the timer. Only the async wait takes
-    /// ahead; a build without it has no caller.
-    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    /// caller acts, so the schedule loses nothing to the timer. The line's waits (blocking and
+    /// async) take ahead; a build without them has no caller.
+    #[cfg_attr(not(feature = "std"), allow(dead_code))]
     fn reserve_ahead(
         &self,
         cost: Self::Cost,

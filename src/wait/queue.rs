@@ -470,7 +470,6 @@ impl<'a, B: Lined, const N: usize> Waiter<'a, B, N> {
     /// less room, the head takes up to `ticks` ahead of its tokens' instant (the driver's take
     /// reserves them, and its caller sleeps to the instant holding them), so that a late timer
     /// delays the caller, never the bucket's schedule.
-    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     pub(crate) fn early(mut self, ticks: u64) -> Self {
         let now = self.now();
         let holds = (0..N).all(|i| self.buckets[i].slack_ticks(now, self.units[i]) >= ticks);
@@ -479,7 +478,6 @@ impl<'a, B: Lined, const N: usize> Waiter<'a, B, N> {
     }
 
     /// How early its driver's timer wakes it: see [`early`](Self::early).
-    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     pub(crate) fn early_ticks(&self) -> u64 {
         self.early_ticks
     }

@@ -9,7 +9,7 @@ use std::sync::Barrier;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use tollgate::{Denied, ManualClock, Quota, Rate, StdClock, TokenBucket};
+use tollgate::{Clock, Denied, ManualClock, Quota, Rate, StdClock, TokenBucket};
 
 #[test]
 fn each_call_waits_for_its_own_tokens_and_sleeps_at_least_that_long() {
@@ -175,4 +175,63 @@ fn a_thread_timing_out_in_line_leaves_nothing_behind() {
             "newcomer at {newcomer_at:?}"
         );
     });
+}
+
+/// Real time, read late: the nanoseconds since it was made, rounded up to the next half
+/// millisecond. A thread woken at a token's instant reads up to half a millisecond past it,
+/// as a thread woken late by the kernel's timer slack and its scheduling does, only more.
+struct ReadLate(Instant);
+
+impl Clock for ReadLate {
+    const TICKS_PER_SECOND: u64 = 1_000_000_000;
+    fn now(&self) -> u64 {
+        let ns = self.0.elapsed().as_nanos() as u64;
+        ns.div_ceil(500_000) * 500_000
+    }
+}
+
+/// Sixteen threads at 1 000/s with a burst of one, each taking a token at a time: a head that
+/// took at its wake-up would lose the time it woke late to the burst's cap, every token (the
+/// issue's 927–930/s on an honest clock; here, read up to half a millisecond late, about
+/// 800/s). The head takes up to two milliseconds ahead, so the threads get the rate, and
+/// never more than the burst and the rate allow. Real time: the best of three half-second
+/// runs, with a margin for a loaded two-core machine.
+#[test]
+fn sixteen_threads_at_a_thousand_per_second_with_a_burst_of_one_keep_the_schedule() {
+    let mut best = 0.0f64;
+    for _ in 0..3 {
+        let bucket = TokenBucket::try_new(
+            Quota::new(Rate::per_second(1_000)).burst(1),
+            ReadLate(Instant::now()),
+        )
+        .unwrap();
+        let start = Instant::now();
+        let grants: u64 = thread::scope(|scope| {
+            let threads: Vec<_> = (0..16)
+                .map(|_| {
+                    scope.spawn(|| {
+                        let mut grants = 0u64;
+                        while start.elapsed() < ms(500) {
+                            bucket.acquire_blocking(1).unwrap();
+                            grants += 1;
+                        }
+                        grants
+                    })
+                })
+                .collect();
+            threads.into_iter().map(|t| t.join().unwrap()).sum()
+        });
+        // Each thread's last grant may come after the half second; count to the last.
+        let elapsed = start.elapsed().as_secs_f64();
+        // The burst and 1 000/s, on a clock read up to half a millisecond ahead of `start`.
+        assert!(
+            grants as f64 <= 1.0 + 1_000.0 * (elapsed + 0.000_5),
+            "{grants} in {elapsed} s"
+        );
+        best = best.max(grants as f64 / elapsed);
+        if best >= 985.0 {
+            break;
+        }
+    }
+    assert!(best >= 985.0, "{best:.1}/s");
 }
