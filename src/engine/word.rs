@@ -14,7 +14,11 @@ use crate::engine::sync::{AtomicU32, Ordering};
 /// cost of a finite idle horizon (see [`TokenBucket::idle_horizon`](crate::TokenBucket::idle_horizon)).
 /// Hosts may choose the `u32` word too, to halve the memory of a bucket. A firmware that provides
 /// portable-atomic's critical section may choose `u64` there with the `word64` feature and get
-/// the 64-bit word's guarantees.
+/// the 64-bit word's guarantees. On a core with 32-bit compare-and-swap (Cortex-M3, M4, M7)
+/// portable-atomic takes its 64-bit atomics from a global spin lock unless the firmware builds
+/// with `--cfg portable_atomic_unsafe_assume_single_core` (single-core parts), which makes them
+/// critical sections: without it, keep a `word64` bucket out of interrupt handlers, where a
+/// handler that finds the lock held by the code it interrupted spins for ever.
 ///
 /// # The 32-bit word on a firmware timer
 ///
