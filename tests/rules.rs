@@ -635,3 +635,29 @@ fn a_pause_on_a_clock_stepped_back_behind_the_last_reservation_fences_on_the_64_
     }
     assert!(on::<u64>(0) && on::<u32>(0));
 }
+
+/// A pause, then a quota change to a finer reading, then a reservation: the change carried the
+/// pause over from the instant the old reading (to 64 ticks) reached the pause's end, up to a
+/// step before the pause ends, so the new reading (to 8 ticks) granted inside it. The pause's
+/// word is kept now until the last tick the old reading still holds nothing. (The case the
+/// rules above found, replayed on both adjustable words.)
+#[test]
+fn a_quota_change_to_a_finer_reading_keeps_a_pause_to_its_end() {
+    for kind in [Kind::Adjustable, Kind::AdjustableNarrow] {
+        run_all(&Case {
+            kind,
+            per_second: [92_297, 76_815],
+            bursts: [6, 3],
+            origin: 18_446_744_073_709_550_615,
+            steps: vec![
+                Step::Idle(1_719_355_059_321_780_549, 6_992_780_579_270_066_645),
+                Step::Back(16_319_148_441_717_768_728),
+                Step::Idle(1_822_111_533_199_382_352, 9_473_995_244_293_943_565),
+                Step::Pause(3_395_877_658_380_935_401),
+                Step::Requota(8_161_832_991_340_833_679),
+                Step::Reserve(56_183_536_511_584_628, 2_273_391_177_400_958_000),
+            ],
+        })
+        .unwrap_or_else(|e| panic!("{kind:?}: {e}"));
+    }
+}
