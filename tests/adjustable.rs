@@ -13,6 +13,9 @@ use tollgate::{
 
 const MS: u64 = 1_000_000;
 
+mod support;
+use support::counter::Counter;
+
 /// Each test below runs on both words.
 macro_rules! on_both_words {
     ($($test:ident),* $(,)?) => {$(
@@ -35,6 +38,7 @@ on_both_words!(
     a_quota_the_clock_cannot_hold_changes_nothing,
     grants_stay_within_each_segments_burst_and_rate_while_threads_acquire,
     the_accessors_are_those_of_a_token_bucket_on_the_same_word,
+    a_pause_outlasts_a_change_to_a_finer_reading,
 );
 
 fn drain<W: AdjustableWord>(bucket: &AdjustableBucket<&ManualClock, W>) -> u64 {
@@ -121,6 +125,73 @@ fn debt_and_pauses_are_kept_across_a_change<W: AdjustableWord>() {
         retry_after.get() >= want && retry_after.get() - want <= Duration::from_micros(10),
         "{retry_after:?}"
     );
+}
+
+/// A pause under a quota read to a coarse resolution, then a change to one read finer: nothing
+/// is granted, and nothing reserved falls due, before the pause ends (or the new quota's
+/// deepest debt, where that is shorter). The coarse reading reaches the pause's end up to a
+/// step early and grants nothing until it moves past it; the change must not count from there.
+/// On clocks whose layouts read to several ticks: a microsecond counter, and 32 768 Hz.
+fn a_pause_outlasts_a_change_to_a_finer_reading<W: AdjustableWord>() {
+    pause_then_change::<W, 1_000_000>();
+    pause_then_change::<W, 32_768>();
+    pause_then_change::<W, 1_000_000_000>();
+}
+
+fn pause_then_change<W: AdjustableWord, const HZ: u64>() {
+    // (rate, burst) pairs whose readings differ, both ways round.
+    let quotas = [
+        (92_297, 6),
+        (76_815, 3),
+        (7, 1),
+        (1_000, 10),
+        (3_333, 50),
+        (65_537, 9),
+    ];
+    let tick = Duration::from_nanos(1_000_000_000 / HZ).max(Duration::from_nanos(1));
+    for &(from_rate, from_burst) in &quotas {
+        for &(to_rate, to_burst) in &quotas {
+            for pause_us in [1, 999, 1_003, 401_000, 401_017, 1_234_567] {
+                let clock = Counter::<HZ>::default();
+                clock.0.set(u64::MAX - 1_000);
+                let from = Quota::new(Rate::per_second(from_rate)).burst(from_burst);
+                let Ok(bucket) = AdjustableBucket::<_, W>::try_new_with_word(from, &clock) else {
+                    continue; // a tick accruing more than the burst: refused, not this test's
+                };
+                let held = bucket
+                    .pause_for(Duration::from_micros(pause_us))
+                    .resumes_after();
+                let to = Quota::new(Rate::per_second(to_rate)).burst(to_burst);
+                if bucket.set_quota(to).is_err() {
+                    continue;
+                }
+                // The pause, cut to the new quota's deepest debt (read down to the tick).
+                let kept = held.min(bucket.max_pause().saturating_sub(tick));
+                let case = format!(
+                    "{HZ} Hz, {from_rate}/{from_burst} -> {to_rate}/{to_burst}, {pause_us} us"
+                );
+                // (Refused where the pause holds the new quota's deepest debt already.)
+                if let Ok(r) = bucket.reserve(1, Duration::from_secs(3_600)) {
+                    assert!(
+                        r.wait() >= kept,
+                        "{case}: due after {:?} < {kept:?}",
+                        r.wait()
+                    );
+                    bucket.cancel(r);
+                }
+                // The last tick of the pause, then polled tick by tick over it.
+                let ticks = (kept.as_nanos() * u128::from(HZ) / 1_000_000_000) as u64;
+                let start = clock.0.get();
+                for back in (1..=ticks.min(200)).rev() {
+                    clock.0.set(start.wrapping_add(ticks - back));
+                    assert!(
+                        bucket.try_acquire(1).is_err(),
+                        "{case}: granted {back} ticks before the pause ends"
+                    );
+                }
+            }
+        }
+    }
 }
 
 fn a_quota_the_clock_cannot_hold_changes_nothing<W: AdjustableWord>() {

@@ -9,8 +9,8 @@ impl Layout {
     /// kept as-is (fractions rounded toward fewer), less the part of a step that `to`'s reading
     /// has not yet counted at `now_ticks` (it will count it at its next step, and `self` may
     /// have counted it already), capped by the new burst. Debt is kept in time: the instant the
-    /// bucket is empty again stays where it was (read to the new resolution, never earlier), so a
-    /// pause still ends when it said and reservations still fall due when they said, clamped to
+    /// bucket is empty again stays where it was (the last tick at which the old reading still
+    /// holds nothing, read to the new resolution, never earlier), so a pause still ends when it said and reservations still fall due when they said, clamped to
     /// the new debt bound. So a change of quota never mints and never shortens a pause, however
     /// often it comes.
     pub(crate) fn converted(&self, to: &Layout, word: u64, now_ticks: u64) -> u64 {
@@ -18,7 +18,15 @@ impl Layout {
         let level = self.level(word, now_units);
         let to_now = to.units_at(now_ticks);
         if level < 0 {
-            let ticks = self.ticks_until(now_ticks, level.unsigned_abs());
+            // The last tick at which `self`'s reading still holds nothing: not the first at which
+            // it reaches the empty instant. A reading to a coarse resolution reaches that instant
+            // up to a step before the pause it holds ends (`pause_step` rounds the end down to
+            // the reading, since no grant comes before the reading moves past it), so a finer
+            // `to` that counted from the first would grant inside the pause.
+            let debt = level.unsigned_abs();
+            let ticks = self
+                .ticks_until(now_ticks, debt)
+                .max(self.ticks_until(now_ticks, debt + 1).saturating_sub(1));
             // A debt longer than the new word's deepest is its deepest; shorter ones are read
             // under half the new word, so they read forward.
             if ticks >= to.max_pause_ticks() {
@@ -50,3 +58,4 @@ impl Layout {
         ((u128::from(into) * u128::from(a)).div_ceil(1 << self.shift)) as u64
     }
 }
+
