@@ -100,9 +100,7 @@ fn the_hot_path_is_proven_not_to_panic() {
     manual::touch(&bucket);
     assert_eq!(
         manual::try_acquire(&bucket, 1),
-        Err(Denied::Insufficient {
-            retry_after: Duration::from_millis(100)
-        })
+        Err(Denied::insufficient(Duration::from_millis(100)))
     );
 
     let bucket = manual_u32::Bucket::try_new_with_word(quota, &CLOCK).unwrap();

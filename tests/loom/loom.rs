@@ -109,9 +109,7 @@ impl Reference {
                     Ok(())
                 } else {
                     let short = (cost - level) as u64;
-                    Err(Denied::Insufficient {
-                        retry_after: Duration::from_nanos(short),
-                    })
+                    Err(Denied::insufficient(Duration::from_nanos(short)))
                 };
                 (expected == seen).then_some(self)
             }

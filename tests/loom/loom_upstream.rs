@@ -57,9 +57,7 @@ fn no_grant_is_ordered_after_a_pause_and_the_pause_is_not_shortened() {
         // Whatever the interleaving: empty at 3 s, the next token at 4 s.
         assert_eq!(
             bucket.try_acquire(1),
-            Err(Denied::Insufficient {
-                retry_after: Duration::from_secs(4)
-            })
+            Err(Denied::insufficient(Duration::from_secs(4)))
         );
     });
 }
@@ -126,6 +124,7 @@ fn a_quota_change_racing_acquires_mints_nothing() {
         let Err(Denied::Insufficient { retry_after }) = bucket.try_acquire(1) else {
             panic!("granted from an empty bucket");
         };
+        let retry_after = retry_after.get();
         assert!(
             retry_after >= Duration::from_secs(3)
                 && retry_after - Duration::from_secs(3) <= Duration::from_micros(1),

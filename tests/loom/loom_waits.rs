@@ -103,9 +103,7 @@ fn the_head_giving_up_while_the_next_looks_loses_no_wake_up() {
         assert_eq!(line_len(bucket), 0);
         assert_eq!(
             bucket.try_acquire(1),
-            Err(Denied::Insufficient {
-                retry_after: Duration::from_nanos(10)
-            })
+            Err(Denied::insufficient(Duration::from_nanos(10)))
         );
     });
 }
