@@ -132,6 +132,19 @@ fn after_blocking(jitter: &Jitter, waited: Duration) -> Duration {
     waited.saturating_add(extra)
 }
 
+/// Sleeps the jitter on `delay` after a `DelayNs` wait that slept `waited`; returns the time
+/// waited in all. The wait cannot be given up while it sleeps, so the take needs no holding.
+#[cfg(feature = "embedded-hal")]
+fn after_delay(
+    jitter: &Jitter,
+    waited: Duration,
+    delay: &mut impl embedded_hal::delay::DelayNs,
+) -> Duration {
+    let extra = jitter.after(waited);
+    super::delay::delay_for(delay, extra);
+    waited.saturating_add(extra)
+}
+
 #[cfg(feature = "std")]
 impl<C: Clock, W: Word> Jittered<'_, TokenBucket<C, W>> {
     /// [`TokenBucket::acquire_blocking`], then the jitter if it slept.
@@ -222,9 +235,7 @@ impl<C: Clock, W: Word> Jittered<'_, TokenBucket<C, W>> {
         delay: &mut impl embedded_hal::delay::DelayNs,
     ) -> Result<Duration, Denied> {
         let waited = self.bucket.acquire_with_delay(n, delay)?;
-        let extra = self.jitter.after(waited);
-        super::delay::delay_for(delay, extra);
-        Ok(waited.saturating_add(extra))
+        Ok(after_delay(self.jitter, waited, delay))
     }
 }
 
@@ -271,9 +282,7 @@ crate::with_atomic64! {
             delay: &mut impl embedded_hal::delay::DelayNs,
         ) -> Result<Duration, Denied> {
             let waited = self.bucket.acquire_with_delay(n, delay)?;
-            let extra = self.jitter.after(waited);
-            super::delay::delay_for(delay, extra);
-            Ok(waited.saturating_add(extra))
+            Ok(after_delay(self.jitter, waited, delay))
         }
     }
 }
