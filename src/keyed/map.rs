@@ -30,8 +30,8 @@ use crate::engine::cell::WordCell;
 pub use builder::KeyedLimiterBuilder;
 pub use hasher::KeyHasher;
 use tables::{
-    grow, insert, on_shards, planned_keys, retain, shard_bits, shard_map, shrink, Shard, Slot,
-    Tables,
+    grow, insert, on_shards, planned_keys, retain, shard_bits, shard_map, shrink, Entries, Shard,
+    Slot, Tables,
 };
 
 /// A concurrent per-key limiter for servers: one bucket per client, address or API key, all on
@@ -659,20 +659,28 @@ impl<K: Hash + Eq + Clone, C: Clock, W: Word, S: BuildHasher> KeyedLimiter<K, C,
         if entries.fresh.find(hash, |e| e.key() == key).is_none() {
             return; // evicted meanwhile
         }
-        let Some(reserved) = Reserved::new(&self.protected_held, self.max_protected) else {
+        self.move_to_protected(entries, shard.planned, hash, key, self.max_protected);
+    }
+
+    /// Moves `key`'s entry from the fresh table to the protected one of a shard held for
+    /// writing (`entries`, planned for `planned` keys), if the count of protected keys has
+    /// room under `limit`; otherwise leaves it where it is.
+    fn move_to_protected<E: Slot<Key = K>>(
+        &self,
+        entries: &mut Entries<E>,
+        planned: usize,
+        hash: u64,
+        key: &K,
+        limit: usize,
+    ) {
+        let Some(reserved) = Reserved::new(&self.protected_held, limit) else {
             return;
         };
         // Room first, so that a panicking `Hash` or `Eq` unwinds before the entry moves (and
         // the reservation gives its count back).
-        grow(&mut entries.protected, shard.planned, &self.hasher);
+        grow(&mut entries.protected, planned, &self.hasher);
         if let Some(entry) = entries.fresh.remove(hash, |e| e.key() == key) {
-            insert(
-                &mut entries.protected,
-                hash,
-                entry,
-                shard.planned,
-                &self.hasher,
-            );
+            insert(&mut entries.protected, hash, entry, planned, &self.hasher);
             reserved.keep();
         }
     }

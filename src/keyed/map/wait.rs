@@ -20,7 +20,7 @@ use std::collections::HashMap;
 use std::sync::atomic::AtomicUsize;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use super::tables::{grow, insert, on_shards, Shard, Slot};
+use super::tables::{insert, on_shards, Shard, Slot};
 use super::{lower, KeyedLimiter, Reserved};
 use crate::clock::{duration_to_ticks_floor, ticks_to_duration_ceil, Clock};
 use crate::engine::cell::WordCell;
@@ -432,21 +432,7 @@ where
             if entries.fresh.find(hash, |e| e.key() == key).is_some() {
                 // Protected beyond the share (never beyond the keys held, which count it
                 // already): without a count the key stays where it is, kept by its pin alone.
-                let Some(protected) = Reserved::new(&self.protected_held, self.capacity) else {
-                    return Ok(());
-                };
-                // Room first, so that a panicking `Hash` unwinds before the entry moves.
-                grow(&mut entries.protected, shard.planned, &self.hasher);
-                if let Some(entry) = entries.fresh.remove(hash, |e| e.key() == key) {
-                    insert(
-                        &mut entries.protected,
-                        hash,
-                        entry,
-                        shard.planned,
-                        &self.hasher,
-                    );
-                    protected.keep();
-                }
+                self.move_to_protected(entries, shard.planned, hash, key, self.capacity);
                 return Ok(());
             }
             let tier = (self.tier_of)(key);
