@@ -16,6 +16,9 @@ impl<C: Clock, W: AdjustableWord> GiveBack for AdjustableBucket<C, W> {
 
     fn give_back(&self, taken: AdjustableReservation) {
         self.give_back_by(taken, false, Layout::refund);
+        // As `TokenBucket`'s give-back: the head of the line may be due sooner now.
+        #[cfg(feature = "std")]
+        super::queue::given_back(self);
     }
 }
 

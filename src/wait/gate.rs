@@ -74,6 +74,10 @@ impl<C: Clock, W: Word> GiveBack for TokenBucket<C, W> {
     type Taken = Reservation;
     fn give_back(&self, taken: Reservation) {
         self.refund(taken);
+        // A take held ahead of its instant went back: the head of the line, asleep until its
+        // own estimate, may be due sooner now.
+        #[cfg(feature = "std")]
+        super::queue::given_back(self);
     }
 }
 
@@ -99,6 +103,11 @@ impl<C: Clock, const N: usize, W: Word> GiveBack for Limits<'_, C, N, W> {
     type Taken = LimitsReservation<N>;
     fn give_back(&self, mut taken: LimitsReservation<N>) {
         self.refund_parts(&mut taken.parts);
+        // As a single bucket's give-back: each line's head may be due sooner now.
+        #[cfg(feature = "std")]
+        for bucket in self.buckets() {
+            super::queue::given_back(*bucket);
+        }
     }
 }
 

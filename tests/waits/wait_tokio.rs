@@ -401,6 +401,100 @@ async fn a_wait_dropped_while_holding_its_take_ahead_gives_it_back() {
     assert_eq!(start.elapsed(), ms(1));
 }
 
+/// A waiter dropped while it holds tokens taken ahead of their instant (a burst of one, too
+/// small for tokio's timer: the head takes up to 2 ms early and sleeps to the instant holding
+/// them) gives them back, and the waiter behind, handed the head when the dropped one took and
+/// asleep until its own estimate a second later, is woken for them: served at the turn the
+/// dropped one would have had, not at 2.998 s with the bucket capping the token it holds.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn the_waiter_behind_a_dropped_take_ahead_is_served_at_its_turn() {
+    let bucket = bucket(Quota::new(Rate::per_second(1)).burst(1));
+    let start = Instant::now();
+    bucket.acquire(1).await.unwrap(); // empty from now on
+    let first = {
+        let bucket = bucket.clone();
+        tokio::spawn(async move { bucket.acquire(1).await })
+    };
+    tokio::task::yield_now().await;
+    // Due at 2 s, taken ahead at 1.998 s: dropped at 1.999 s, holding it.
+    let dropped = {
+        let bucket = bucket.clone();
+        tokio::spawn(async move { timeout(ms(1_999), bucket.acquire(1)).await })
+    };
+    tokio::task::yield_now().await;
+    let last = {
+        let bucket = bucket.clone();
+        tokio::spawn(async move {
+            let waited = bucket.acquire(1).await;
+            (waited, start.elapsed())
+        })
+    };
+    assert_eq!(first.await.unwrap(), Ok(ms(1_000)));
+    assert!(dropped.await.unwrap().is_err(), "given up at 1.999 s");
+    assert_eq!(start.elapsed(), ms(1_999));
+    assert_eq!(last.await.unwrap(), (Ok(ms(2_000)), ms(2_000)));
+    assert_eq!(bucket.available(), 0);
+}
+
+/// The same on an `AdjustableBucket`, whose give-back runs under the quota it was taken under.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn the_waiter_behind_a_dropped_take_ahead_on_an_adjustable_bucket_is_served_at_its_turn() {
+    let quota = Quota::new(Rate::per_second(1)).burst(1);
+    let bucket = Arc::new(tollgate::AdjustableBucket::try_new(quota, TokioClock::new()).unwrap());
+    let start = Instant::now();
+    bucket.acquire(1).await.unwrap();
+    let spawn_wait = |patience: Duration| {
+        let bucket = bucket.clone();
+        tokio::spawn(async move {
+            let waited = timeout(patience, bucket.acquire(1)).await.map_err(drop);
+            (waited, start.elapsed())
+        })
+    };
+    let first = spawn_wait(ms(10_000));
+    tokio::task::yield_now().await;
+    let dropped = spawn_wait(ms(1_999));
+    tokio::task::yield_now().await;
+    let last = spawn_wait(ms(10_000));
+    assert_eq!(first.await.unwrap(), (Ok(Ok(ms(1_000))), ms(1_000)));
+    assert_eq!(dropped.await.unwrap(), (Err(()), ms(1_999)));
+    assert_eq!(last.await.unwrap(), (Ok(Ok(ms(2_000))), ms(2_000)));
+}
+
+/// The same on several buckets at once: a `Limits` wait dropped holding its take ahead gives
+/// every part back and wakes the waiter behind it in each line.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn the_waiter_behind_a_dropped_take_ahead_on_limits_is_served_at_its_turn() {
+    let a = bucket(Quota::new(Rate::per_second(1)).burst(1));
+    let b = bucket(Quota::new(Rate::per_second(1)).burst(1));
+    let start = Instant::now();
+    tollgate::Limits::new([&*a, &*b])
+        .acquire([1, 1])
+        .await
+        .unwrap();
+    let spawn_wait = |patience: Option<Duration>| {
+        let (a, b) = (a.clone(), b.clone());
+        tokio::spawn(async move {
+            let limits = tollgate::Limits::new([&*a, &*b]);
+            let waited = match patience {
+                Some(patience) => timeout(patience, limits.acquire([1, 1]))
+                    .await
+                    .map_err(drop),
+                None => Ok(limits.acquire([1, 1]).await),
+            };
+            (waited, start.elapsed())
+        })
+    };
+    let first = spawn_wait(None);
+    tokio::task::yield_now().await;
+    let dropped = spawn_wait(Some(ms(1_999)));
+    tokio::task::yield_now().await;
+    let last = spawn_wait(None);
+    assert_eq!(first.await.unwrap(), (Ok(Ok(ms(1_000))), ms(1_000)));
+    assert_eq!(dropped.await.unwrap(), (Err(()), ms(1_999)));
+    assert_eq!(last.await.unwrap(), (Ok(Ok(ms(2_000))), ms(2_000)));
+    assert_eq!((a.available(), b.available()), (0, 0));
+}
+
 /// Real time: one task at 1 000/s with a burst of one gets the rate, and waits on the timer
 /// rather than spinning: each grant takes a poll or two and at most one wake-up, however
 /// late the timer wakes.
