@@ -501,12 +501,18 @@ async fn the_waiter_behind_a_dropped_take_ahead_on_limits_is_served_at_its_turn(
 #[test]
 fn one_waiter_at_a_thousand_per_second_with_a_burst_of_one_gets_the_rate_without_spinning() {
     on_two_workers(async {
-        // The best of up to three half-second windows: a loaded machine's delays beyond the
-        // timer's millisecond cost grants (882/s was seen with another process keeping a core
-        // busy) and this file's other tests share the machine; a wait that oversleeps into the
-        // timer's millisecond (954/s, before the take ahead) fails all three.
-        let mut best = 0.0f64;
+        // Measured against this host's floor in the same run, window by window: a thread that
+        // sleeps to each token's instant (the kernel's fine timer) loses what any waiter at a
+        // burst of one loses here to a late wake-up, and a loaded machine costs both alike. A
+        // wait that oversleeps into tokio's millisecond loses about 5 % on a quiet machine,
+        // where the floor is the rate; the best of three windows is taken of both.
+        let (mut best, mut floor) = (0.0f64, 0.0f64);
         for _ in 0..3 {
+            floor = floor.max(
+                tokio::task::spawn_blocking(|| sleeper_floor(1_000, ms(500)))
+                    .await
+                    .unwrap(),
+            );
             let bucket = bucket(Quota::new(Rate::per_second(1_000)).burst(1));
             let start = Instant::now();
             let (mut grants, mut polls) = (0u64, 0usize);
@@ -527,10 +533,37 @@ fn one_waiter_at_a_thousand_per_second_with_a_burst_of_one_gets_the_rate_without
                 "{polls} polls for {grants} grants"
             );
             best = best.max(grants as f64 / elapsed);
-            if best >= 970.0 {
+            if best >= 0.98 * floor.min(1_000.0) {
                 break;
             }
         }
-        assert!(best >= 970.0, "{best:.1}/s");
+        println!("waits: {best:.1}/s; the host's floor: {floor:.1}/s");
+        assert!(
+            best >= 0.98 * floor.min(1_000.0),
+            "{best:.1}/s against the host's floor of {floor:.1}/s"
+        );
     });
+}
+
+/// Grants per second of a thread that sleeps to each instant of a `per_second` schedule and
+/// keeps it unless it wakes more than one period late, as a waiter that takes ahead keeps the
+/// bucket's: what this host's wake-ups cost any waiter at a burst of one.
+fn sleeper_floor(per_second: u64, length: Duration) -> f64 {
+    let period = Duration::from_nanos(1_000_000_000 / per_second);
+    let start = std::time::Instant::now();
+    let (mut instant, mut grants) = (start, 0u64);
+    while instant < start + length {
+        let now = std::time::Instant::now();
+        if instant > now {
+            std::thread::sleep(instant - now);
+        }
+        let now = std::time::Instant::now();
+        grants += 1;
+        instant = if now - instant > period {
+            now
+        } else {
+            instant + period
+        };
+    }
+    grants as f64 / start.elapsed().as_secs_f64()
 }
