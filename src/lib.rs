@@ -55,7 +55,7 @@
 //! | `coarse-clock` | no | `CoarseClock`: one atomic refreshed every millisecond (implies `std`) |
 //! | `metrics` | no | `observe::Metrics`: a limit's counts sent to the `metrics` facade (implies `std`) |
 //! | `defmt` | no | `defmt::Format` on the public types |
-//! | `word64` | no | the 64-bit word on targets without native 64-bit atomics, through portable-atomic's fallback (the firmware provides portable-atomic's critical section) |
+//! | `word64` | no | the 64-bit word on targets without native 64-bit atomics, in a cell behind critical sections (the firmware provides the `critical-section` implementation) |
 //!
 //! Always available: [`Limits`] (several buckets taken all-or-none), `TokenBucket::pause_for`
 //! after a 429, [`headers`] (`Retry-After` and the IETF `RateLimit` headers), [`Jitter`],
@@ -249,8 +249,8 @@ macro_rules! with_atomic64 {
 macro_rules! without_atomic64 {
     ($($item:item)*) => { $crate::cfg_atomic64!(not; $($item)*); };
 }
-/// Items for 64-bit cells: native 64-bit atomics, or the `word64` feature asking for them
-/// through portable-atomic's fallback (the `u64` word).
+/// Items for 64-bit cells: native 64-bit atomics, or the `word64` feature asking for the `u64`
+/// word where there are none (its cell then behind critical sections, `sync::CriticalU64`).
 macro_rules! with_word64 {
     ($($item:item)*) => {
         $crate::cfg_atomic64!(any; $($item)*);

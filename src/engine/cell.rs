@@ -23,6 +23,17 @@ impl<'a, W: Word> WordCell<'a, W> {
         now_ticks: u64,
         cost: u64,
     ) -> Result<(), Denied> {
+        if W::IN_CRITICAL_SECTION {
+            // The load, a first use, the take and its store in one critical section, and the
+            // denial's wait worked out after it, with interrupts enabled again.
+            let now_units = self.units_at(now_ticks);
+            let wide = self.layout.wide_take();
+            return self
+                .update_in_place(now_units, |word| {
+                    Ok((wide.take(word, now_units, cost)?, ()))
+                })
+                .map_err(|short| self.layout.denied::<C>(now_ticks, short));
+        }
         if W::BITS == 64 {
             // What the take reads of the layout, read once before the loop. Under contention a
             // compare-exchange loses to another core's and the next try follows at once, on the
@@ -192,14 +203,42 @@ impl<'a, W: Word> WordCell<'a, W> {
     pub(crate) fn update<T, E>(
         &self,
         now_ticks: u64,
-        transition: impl FnMut(u64, u64) -> Result<(u64, T), E>,
+        mut transition: impl FnMut(u64, u64) -> Result<(u64, T), E>,
     ) -> Result<T, E> {
         let now_units = self.units_at(now_ticks);
+        if W::IN_CRITICAL_SECTION {
+            return self.update_in_place(now_units, |word| transition(word, now_units));
+        }
         let mut word = W::load(self.word);
         if word == Self::UNUSED {
             word = Self::first_use(self.word, self.layout.fresh(now_units));
         }
         self.run(word, now_units, transition)
+    }
+
+    /// A whole update in one step of the word's [`Word::update`], for a word whose cell runs
+    /// it in one critical section: the first use of a `const`-built bucket (stored even if the
+    /// transition then refuses, as [`first_use`](Self::first_use) does), the transition, and
+    /// its store, where the compare-exchange driver would take one critical section to load
+    /// the word and one more for each compare-exchange.
+    #[inline(always)]
+    fn update_in_place<T, E>(
+        &self,
+        now_units: u64,
+        mut transition: impl FnMut(u64) -> Result<(u64, T), E>,
+    ) -> Result<T, E> {
+        W::update(self.word, |word| {
+            let unused = word == Self::UNUSED;
+            let word = if unused {
+                self.layout.fresh(now_units)
+            } else {
+                word
+            };
+            match transition(word) {
+                Ok((new, out)) => (Some(new), Ok(out)),
+                Err(refused) => (unused.then_some(word), Err(refused)),
+            }
+        })
     }
 
     /// The compare-exchange loop of [`update`](Self::update), from `word`.

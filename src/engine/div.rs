@@ -3,8 +3,19 @@
 //! kilobyte of flash, more than the whole bucket. There it is long division in 16-bit digits on
 //! the core's own 32-bit division (Hacker's Delight, `divlu` and `udivdi3`), without a loop, so
 //! that the compiler can drop an unread result (a `retry_after` nobody asks for) along with its
-//! computation. On 64-bit targets it is the CPU's division. Neither panics: a zero divisor,
-//! which no caller passes, gives 0.
+//! computation. A core with no divide instruction at all ([`NO_DIVIDE`]: the Cortex-M0) would
+//! take even its 32-bit divisions from the runtime's routines, and a count of leading zeros
+//! with them, larger than the bucket again: there every division here is shift and subtract
+//! ([`shift_subtract`]), a loop of a few dozen bytes, one step per bit of the quotient. On
+//! 64-bit targets it is the CPU's division. None panics: a zero divisor, which no caller
+//! passes, gives 0.
+
+/// Whether the core has no divide instruction: ARM cores without compare-and-swap (ARMv6-M,
+/// and the older ARMv4T and ARMv5TE) have none, nor RV32I without the M extension.
+pub(crate) const NO_DIVIDE: bool = cfg!(any(
+    all(target_arch = "arm", not(target_has_atomic = "32")),
+    all(target_arch = "riscv32", not(target_feature = "m"))
+));
 
 /// `n / d`, for `d > 0` (0 for `d = 0`, which no caller passes: no panic path).
 #[inline]
@@ -18,7 +29,9 @@ pub(crate) const fn div(n: u64, d: u64) -> u64 {
     }
     #[cfg(not(target_pointer_width = "64"))]
     {
-        if n <= u32::MAX as u64 && d <= u32::MAX as u64 {
+        if NO_DIVIDE {
+            shift_subtract(n, d)
+        } else if n <= u32::MAX as u64 && d <= u32::MAX as u64 {
             div32(n as u32, d as u32) as u64
         } else {
             long_division(n, d)
@@ -36,7 +49,11 @@ pub(crate) const fn div_wide(n: u64, d: u64) -> u64 {
     }
     #[cfg(not(target_pointer_width = "64"))]
     {
-        long_division(n, d)
+        if NO_DIVIDE {
+            shift_subtract(n, d)
+        } else {
+            long_division(n, d)
+        }
     }
 }
 
@@ -122,16 +139,69 @@ const fn digit(n: u32, next: u32, d1: u32, d0: u32) -> u32 {
     q
 }
 
-/// `n / d` on the core's 32-bit division, and 0 for `d = 0` (which no caller passes): no panic
-/// path, so the compiler may drop a division whose result nobody reads.
-#[cfg_attr(target_pointer_width = "64", allow(dead_code))]
+/// `n / d` on the core's 32-bit division (by shift and subtract where it has none), and 0 for
+/// `d = 0` (which no caller passes): no panic path, so the compiler may drop a division whose
+/// result nobody reads.
 #[inline]
-const fn div32(n: u32, d: u32) -> u32 {
+pub(crate) const fn div32(n: u32, d: u32) -> u32 {
+    if NO_DIVIDE {
+        return shift_subtract(n as u64, d as u64) as u32;
+    }
     match n.checked_div(d) {
         Some(q) => q,
         None => 0,
     }
 }
+
+/// `n / d` by shift and subtract, for a core with no divide instruction: the divisor doubled
+/// until it passes half the dividend, then halved back, subtracting where it fits, one quotient
+/// bit a step. The steps are the quotient's bits, and most quotients here are small (a wait in
+/// ticks, in seconds); in 32 bits while the dividend fits them. 0 for `d = 0`.
+#[inline(never)] // one copy for every division of the crate
+const fn shift_subtract(n: u64, d: u64) -> u64 {
+    if d == 0 || d > n {
+        return 0;
+    }
+    // d <= n: both fit 32 bits when n does.
+    if n <= u32::MAX as u64 {
+        return restoring!(u32, n as u32, d as u32) as u64;
+    }
+    restoring!(u64, n, d)
+}
+
+/// The division of [`shift_subtract`] in `$t`, the width of its operands, `0 < d <= n`. The
+/// divisor is doubled four times at once while that fits (2^4 d <= n), then once at a time,
+/// never past `n`, so no doubling overflows: a shift by a constant is a few instructions even
+/// on a 64-bit number.
+macro_rules! restoring {
+    ($t:ty, $n:expr, $d:expr) => {{
+        let (n, mut d): ($t, $t) = ($n, $d);
+        let mut steps = 0;
+        while d <= n >> 4 {
+            d <<= 4;
+            steps += 4;
+        }
+        while d <= n >> 1 {
+            d <<= 1;
+            steps += 1;
+        }
+        // The quotient's bits, from the highest: subtract the divisor where it fits.
+        let (mut q, mut rem): ($t, $t) = (0, n);
+        loop {
+            q <<= 1;
+            if rem >= d {
+                rem -= d;
+                q |= 1;
+            }
+            if steps == 0 {
+                break q;
+            }
+            d >>= 1;
+            steps -= 1;
+        }
+    }};
+}
+use restoring;
 
 #[cfg(test)]
 mod tests {
@@ -163,6 +233,7 @@ mod tests {
         for n in edges {
             for d in edges.into_iter().filter(|&d| d > 0) {
                 assert_eq!(long_division(n, d), n / d, "{n} / {d}");
+                assert_eq!(shift_subtract(n, d), n / d, "{n} / {d}");
                 assert_eq!(div(n, d), n / d, "{n} / {d}");
                 assert_eq!(div_ceil(n, d), n.div_ceil(d), "{n} / {d}");
             }
@@ -178,6 +249,10 @@ mod tests {
             let n = x >> (x % 61);
             let d = (x.rotate_left(29) >> (x.rotate_left(7) % 64)).max(1);
             assert_eq!(long_division(n, d), n / d, "{n} / {d}");
+            assert_eq!(shift_subtract(n, d), n / d, "{n} / {d}");
+            let (n32, d32) = (n as u32, (d as u32).max(1));
+            assert_eq!(shift_subtract(n32.into(), d32.into()), (n32 / d32).into());
         }
+        assert_eq!(shift_subtract(5, 0), 0);
     }
 }

@@ -98,6 +98,11 @@ impl<Q: ConstQuota, W: Word> Word for Folded<Q, W> {
     fn compare_exchange(cell: &W::Atomic, current: u64, new: u64) -> Result<(), u64> {
         W::compare_exchange(cell, current, new)
     }
+    const IN_CRITICAL_SECTION: bool = W::IN_CRITICAL_SECTION;
+    #[inline(always)]
+    fn update<R>(cell: &W::Atomic, transition: impl FnMut(u64) -> (Option<u64>, R)) -> R {
+        W::update(cell, transition)
+    }
     type Stored = ();
     type LayoutRef<'a> = Unpacked;
     type Align = W::Align;

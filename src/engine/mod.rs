@@ -7,7 +7,8 @@
 //! - [`layout`]: the solver that maps a quota and a clock onto the word (`Layout`), and, in
 //!   `layout::transition`, the pure functions `(old word, now) -> new word, or a denial`.
 //! - [`cell`]: the one compare-exchange driver that runs a transition against a word.
-//! - [`div`]: 64-bit division without the division routine on 32-bit targets.
+//! - [`div`]: 64-bit division without the division routine on 32-bit targets, and without any
+//!   on cores with no divide instruction.
 //! - [`folded`]: the word of a bucket whose quota is a compile-time constant, its layout a
 //!   constant of the type (`static_bucket!`).
 

@@ -4,9 +4,11 @@
 //! portable-atomic compiles to the core atomics where the target has them. On targets without
 //! compare-and-swap (thumbv6m, riscv32imc) it needs the final firmware to choose how to provide
 //! it (its `critical-section` feature or the `portable_atomic_unsafe_assume_single_core` cfg);
-//! this library never chooses for it. 64-bit cells are used only where the target has native
-//! 64-bit atomics, or where the `word64` feature asks for them: then portable-atomic falls back
-//! to a lock, which the final firmware makes a critical section.
+//! this library never chooses for it. The 64-bit word's cell ([`Atomic64`]) is a native 64-bit
+//! atomic where the target has one; elsewhere the `word64` feature makes it [`CriticalU64`], a
+//! `u64` behind critical sections (the `critical-section` crate, whose implementation the final
+//! firmware provides), never portable-atomic's fallback, a spin lock on cores with 32-bit
+//! compare-and-swap that an interrupt handler could find held for ever.
 
 #[cfg(loom)]
 pub(crate) use loom::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -14,9 +16,26 @@ pub(crate) use loom::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 #[cfg(not(loom))]
 pub(crate) use portable_atomic::{AtomicU32, Ordering};
 
-crate::with_word64! {
+crate::with_atomic64! {
     #[cfg(not(loom))]
     pub(crate) use portable_atomic::AtomicU64;
+    /// The cell of the 64-bit word: the target's own 64-bit atomic (loom's under loom).
+    pub(crate) type Atomic64 = AtomicU64;
+}
+
+#[cfg(any(
+    test,
+    all(feature = "word64", not(any(loom, target_has_atomic = "64")))
+))]
+mod critical;
+
+crate::without_atomic64! {
+    #[cfg(feature = "word64")]
+    pub(crate) use critical::CriticalU64;
+    /// The cell of the 64-bit word: a `u64` behind critical sections, here where the target
+    /// has no 64-bit atomics.
+    #[cfg(feature = "word64")]
+    pub(crate) type Atomic64 = CriticalU64;
 }
 
 // `AdjustableBucket`'s state on the 64-bit word, only where it is lock-free (see

@@ -1,6 +1,9 @@
 //! The width of the atomic word that holds a bucket's whole state.
 
 crate::with_word64! {
+    use crate::engine::sync::Atomic64;
+}
+crate::with_atomic64! {
     use crate::engine::sync::AtomicU64;
 }
 use crate::engine::layout::{Layout, Narrow, Unpacked};
@@ -9,16 +12,13 @@ use crate::engine::sync::{AtomicU32, Ordering};
 /// The word a bucket keeps its state in: `u64` where the target has native 64-bit atomics,
 /// `u32` where it does not.
 ///
-/// A 32-bit microcontroller without 64-bit atomics would get them from a spin lock, which can
-/// deadlock when an interrupt handler touches the bucket; the 32-bit word avoids that at the
-/// cost of a finite idle horizon (see [`TokenBucket::idle_horizon`](crate::TokenBucket::idle_horizon)).
-/// Hosts may choose the `u32` word too, to halve the memory of a bucket. A firmware that provides
-/// portable-atomic's critical section may choose `u64` there with the `word64` feature and get
-/// the 64-bit word's guarantees. On a core with 32-bit compare-and-swap (Cortex-M3, M4, M7)
-/// portable-atomic takes its 64-bit atomics from a global spin lock unless the firmware builds
-/// with `--cfg portable_atomic_unsafe_assume_single_core` (single-core parts), which makes them
-/// critical sections: without it, keep a `word64` bucket out of interrupt handlers, where a
-/// handler that finds the lock held by the code it interrupted spins for ever.
+/// On a 32-bit microcontroller without 64-bit atomics the 32-bit word is lock-free, at the cost
+/// of a finite idle horizon (see [`TokenBucket::idle_horizon`](crate::TokenBucket::idle_horizon)).
+/// Hosts may choose the `u32` word too, to halve the memory of a bucket. A firmware may choose
+/// `u64` there with the `word64` feature and get the 64-bit word's guarantees: its cell is then
+/// a `u64` behind critical sections (the `critical-section` crate, whose implementation the
+/// firmware provides), one per check, safe in interrupt handlers on every core: a handler runs
+/// before or after an update, never inside it, and finds no lock held.
 ///
 /// # The 32-bit word on a firmware timer
 ///
@@ -42,13 +42,12 @@ use crate::engine::sync::{AtomicU32, Ordering};
 /// idle lengths and otherwise waits falsely for at most three bursts' refill
 /// (see [`idle_horizon`](crate::TokenBucket::idle_horizon)); it never grants a token too many.
 ///
-/// Choose `u64` (feature `word64`) instead when the firmware provides portable-atomic's
-/// critical section and either nothing can call `touch` (deep sleep longer than the horizon
-/// with no timer, or buckets in a table nobody sweeps), or it needs pauses longer than one
-/// burst's refill ([`Pause::Clamped`](crate::Pause)), or a rate the 32-bit word rounds
+/// Choose `u64` (feature `word64`) instead when nothing can call `touch` (deep sleep longer
+/// than the horizon with no timer, or buckets in a table nobody sweeps), or the firmware needs
+/// pauses longer than one burst's refill ([`Pause::Clamped`](crate::Pause)), or a rate the 32-bit word rounds
 /// ([`is_exact`](crate::TokenBucket::is_exact) false, on 48 or 120 MHz timers at some
-/// rates). The price is a critical section around every update of the word, in place of one
-/// lock-free compare-exchange.
+/// rates). The price is a critical section around every update of the word (interrupts masked
+/// for its few instructions), in place of one lock-free compare-exchange.
 ///
 /// The trait is sealed: `u32` and `u64` are its only implementations.
 pub trait Word: sealed::Sealed + Copy + 'static {
@@ -72,6 +71,28 @@ pub trait Word: sealed::Sealed + Copy + 'static {
     /// spuriously; callers loop.
     #[doc(hidden)]
     fn compare_exchange(cell: &Self::Atomic, current: u64, new: u64) -> Result<(), u64>;
+    /// Whether [`update`](Self::update) runs in one critical section rather than a
+    /// compare-exchange loop: the 64-bit word where the target has no 64-bit atomics.
+    #[doc(hidden)]
+    const IN_CRITICAL_SECTION: bool = false;
+    /// Applies `transition` to the word and stores the word it gives (`None`: stores nothing),
+    /// as one atomic step, and returns its answer. On real atomics it is the compare-exchange
+    /// loop: load, apply, compare-exchange, and again from the word found on contention. The
+    /// 64-bit word's cell on a target without 64-bit atomics runs it once, inside one critical
+    /// section.
+    #[doc(hidden)]
+    #[inline(always)]
+    fn update<R>(cell: &Self::Atomic, mut transition: impl FnMut(u64) -> (Option<u64>, R)) -> R {
+        let mut word = Self::load(cell);
+        loop {
+            let (new, out) = transition(word);
+            let Some(new) = new else { return out };
+            match Self::compare_exchange(cell, word, new) {
+                Ok(()) => return out,
+                Err(actual) => word = actual,
+            }
+        }
+    }
     /// A bucket's layout as a bucket on this word keeps it: the layout itself on the 64-bit
     /// word, 28 bytes of `u32`s on the 32-bit word.
     #[doc(hidden)]
@@ -365,10 +386,10 @@ impl Word for u32 {
 }
 
 crate::with_word64! {
-    /// Where the target has native 64-bit atomics; on others with the `word64` feature, through
-    /// portable-atomic's fallback (the final firmware enables its `critical-section` feature).
+    /// Where the target has native 64-bit atomics; on others with the `word64` feature, in a
+    /// cell behind critical sections (`sync::CriticalU64`).
     impl Word for u64 {
-        type Atomic = AtomicU64;
+        type Atomic = Atomic64;
         const BITS: u32 = 64;
         type Align = CacheAligned;
         type Stored = Layout;
@@ -381,18 +402,25 @@ crate::with_word64! {
             stored
         }
         #[cfg(not(loom))]
-        const UNUSED: AtomicU64 = AtomicU64::new(unused_mark(64));
-        fn cell(value: u64) -> AtomicU64 {
-            AtomicU64::new(value)
+        const UNUSED: Atomic64 = Atomic64::new(unused_mark(64));
+        fn cell(value: u64) -> Atomic64 {
+            Atomic64::new(value)
         }
         #[inline]
-        fn load(cell: &AtomicU64) -> u64 {
+        fn load(cell: &Atomic64) -> u64 {
             cell.load(Ordering::Relaxed)
         }
         #[inline]
-        fn compare_exchange(cell: &AtomicU64, current: u64, new: u64) -> Result<(), u64> {
+        fn compare_exchange(cell: &Atomic64, current: u64, new: u64) -> Result<(), u64> {
             cell.compare_exchange_weak(current, new, Ordering::Relaxed, Ordering::Relaxed)
                 .map(drop)
+        }
+        #[cfg(not(any(loom, target_has_atomic = "64")))]
+        const IN_CRITICAL_SECTION: bool = true;
+        #[cfg(not(any(loom, target_has_atomic = "64")))]
+        #[inline(always)]
+        fn update<R>(cell: &Atomic64, transition: impl FnMut(u64) -> (Option<u64>, R)) -> R {
+            cell.update(transition)
         }
     }
 }

@@ -7,7 +7,8 @@
 //!    table, seven allowed, then blocked and allowed in turn;
 //! 2. five `acquire_with_delay` calls at 10/s from empty: each waits its 100 ms, on schedule;
 //! 3. the main loop and the SysTick handler taking from one bucket for two seconds: the grants
-//!    never exceed `burst + rate × elapsed`, checked after every call of the main loop;
+//!    never exceed `burst + rate × elapsed`, checked after every call of the main loop; on the
+//!    Cortex-M3 again on the 64-bit word, whose cell there is behind critical sections;
 //! 4. a table of per-CAN-id buckets (`KeyedTable`): each id its own burst, a new id refused while
 //!    every slot's bucket is in use, and admitted in place of one that has refilled.
 //!
@@ -23,7 +24,7 @@ use core::sync::atomic::{compiler_fence, Ordering};
 use cortex_m_rt::{entry, exception};
 use cortex_m_semihosting::{debug, hprintln};
 use embedded_hal::delay::DelayNs;
-use portable_atomic::{AtomicBool, AtomicU32};
+use portable_atomic::{AtomicBool, AtomicU32, AtomicU8};
 use tollgate::{Clock, Denied, KeyedDenied, KeyedTable, Quota, Rate, TokenBucket, WhenFull, Word};
 use tollgate_firmware::board::{CORE_HZ, ICOUNT_SHIFT, NAME};
 use tollgate_firmware::systick::{self, SysTickClock, SysTickDelay, INTERRUPT_HZ, PERIOD_TICKS};
@@ -33,10 +34,8 @@ static TABLE: TokenBucket<SysTickClock> =
     TokenBucket::new(Quota::new(Rate::per_second(2)).burst(5), SysTickClock);
 
 /// The design's example again, on the 64-bit word (the Cortex-M3 only: the firmware enables
-/// tollgate's `word64` and portable-atomic's fallback there, a global seqlock: see
+/// tollgate's `word64` there, whose cell is a `u64` behind critical sections: see
 /// `Cargo.toml`). It must answer exactly as `TABLE` does, and hold a century of idle time.
-/// Taken from the main loop only: an interrupt handler meeting the fallback's lock held by
-/// the code it interrupted would spin for ever.
 #[cfg(board = "lm3s6965evb")]
 static WIDE: TokenBucket<SysTickClock, u64> =
     TokenBucket::<_, u64>::new_with_word(Quota::new(Rate::per_second(2)).burst(5), SysTickClock);
@@ -65,9 +64,24 @@ static SHARED: TokenBucket<SysTickClock> = TokenBucket::new(
     SysTickClock,
 );
 
+/// `SHARED` again on the 64-bit word (the Cortex-M3 only), taken from the main loop and the
+/// SysTick handler at once: the handler interrupts the main loop's checks, which a spin lock
+/// held by the interrupted check would turn into a hang.
+#[cfg(board = "lm3s6965evb")]
+static SHARED_WIDE: TokenBucket<SysTickClock, u64> = TokenBucket::<_, u64>::new_with_word(
+    Quota::new(Rate::per_second(SHARED_RATE)).burst(SHARED_BURST),
+    SysTickClock,
+);
+
+/// Which bucket the SysTick handler takes from while the main loop contends with it.
+const CONTEND_NONE: u8 = 0;
+const CONTEND_SHARED: u8 = 1;
+#[cfg(board = "lm3s6965evb")]
+const CONTEND_SHARED_WIDE: u8 = 2;
+
 // What the SysTick handler did while the main loop contended with it. Relaxed throughout: one
 // core, and each counter is a statistic read after the fact, not a message.
-static CONTENDING: AtomicBool = AtomicBool::new(false);
+static CONTENDING: AtomicU8 = AtomicU8::new(CONTEND_NONE);
 static MAIN_ACQUIRING: AtomicBool = AtomicBool::new(false);
 static HANDLER_ATTEMPTS: AtomicU32 = AtomicU32::new(0);
 static HANDLER_GRANTS: AtomicU32 = AtomicU32::new(0);
@@ -90,20 +104,27 @@ fn SysTick() {
         TABLE.touch();
         PACED.touch();
         SHARED.touch();
+        #[cfg(board = "lm3s6965evb")]
+        {
+            WIDE.touch();
+            SHARED_WIDE.touch();
+        }
     }
     UNTIL_TOUCH.store(
         if left == 0 { TOUCH_EVERY } else { left },
         Ordering::Relaxed,
     );
-    if CONTENDING.load(Ordering::Relaxed) {
-        if MAIN_ACQUIRING.load(Ordering::Relaxed) {
-            HANDLER_PREEMPTED.fetch_add(1, Ordering::Relaxed);
-        }
-        HANDLER_ATTEMPTS.fetch_add(1, Ordering::Relaxed);
-        if SHARED.try_acquire(1).is_ok() {
-            HANDLER_GRANTS.fetch_add(1, Ordering::Relaxed);
-        }
+    let granted = match CONTENDING.load(Ordering::Relaxed) {
+        CONTEND_SHARED => SHARED.try_acquire(1).is_ok(),
+        #[cfg(board = "lm3s6965evb")]
+        CONTEND_SHARED_WIDE => SHARED_WIDE.try_acquire(1).is_ok(),
+        _ => return,
+    };
+    if MAIN_ACQUIRING.load(Ordering::Relaxed) {
+        HANDLER_PREEMPTED.fetch_add(1, Ordering::Relaxed);
     }
+    HANDLER_ATTEMPTS.fetch_add(1, Ordering::Relaxed);
+    HANDLER_GRANTS.fetch_add(u32::from(granted), Ordering::Relaxed);
 }
 
 #[entry]
@@ -121,7 +142,11 @@ fn main() -> ! {
         passed &= wide_word();
     }
     passed &= blocking_waits();
-    passed &= contention();
+    passed &= contention(&SHARED, CONTEND_SHARED, "32-bit word");
+    #[cfg(board = "lm3s6965evb")]
+    {
+        passed &= contention(&SHARED_WIDE, CONTEND_SHARED_WIDE, "64-bit word");
+    }
     passed &= keyed_table();
     finish(passed);
 }
@@ -242,7 +267,7 @@ fn wide_word() -> bool {
     let horizon = WIDE.idle_horizon().as_secs();
     let ok = agrees && horizon >= CENTURY_SECS;
     hprintln!(
-        "64-bit word ({} bytes, portable-atomic's seqlock fallback): the design's \
+        "64-bit word ({} bytes, behind critical sections): the design's \
          table, idle horizon {} years: {}",
         core::mem::size_of::<TokenBucket<SysTickClock, u64>>(),
         horizon / 31_557_600,
@@ -301,16 +326,21 @@ fn blocking_waits() -> bool {
     ok
 }
 
-/// The main loop and the SysTick handler take from `SHARED` at once for two seconds. After each
-/// of its calls the main loop counts every grant so far, then reads the clock, and checks
-/// `grants <= burst + rate × elapsed`: a grant counted was made before that reading.
-fn contention() -> bool {
+/// The main loop and the SysTick handler take from `shared` at once for two seconds (`which`
+/// tells the handler which bucket that is). After each of its calls the main loop counts every
+/// grant so far, then reads the clock, and checks `grants <= burst + rate × elapsed`: a grant
+/// counted was made before that reading.
+fn contention<W: Word>(shared: &TokenBucket<SysTickClock, W>, which: u8, word: &str) -> bool {
     hprintln!();
     hprintln!(
-        "== Main loop and SysTick handler acquiring together for {} s: {}",
+        "== Main loop and SysTick handler acquiring together for {} s, {}: {}",
         CONTENTION_SECONDS,
-        SHARED.quota()
+        word,
+        shared.quota()
     );
+    HANDLER_ATTEMPTS.store(0, Ordering::Relaxed);
+    HANDLER_GRANTS.store(0, Ordering::Relaxed);
+    HANDLER_PREEMPTED.store(0, Ordering::Relaxed);
     let start = SysTickClock.now();
     let end = start + CONTENTION_SECONDS * CORE_HZ;
     let mut noise = XorShift32(0x2545_f491);
@@ -320,12 +350,12 @@ fn contention() -> bool {
     let mut backwards = 0u64;
     let mut last = start;
     let (mut total, mut bound);
-    CONTENDING.store(true, Ordering::Relaxed);
+    CONTENDING.store(which, Ordering::Relaxed);
     loop {
         MAIN_ACQUIRING.store(true, Ordering::Relaxed);
         // Keeps the flag's stores on either side of the call, where the handler must see them.
         compiler_fence(Ordering::SeqCst);
-        let granted = SHARED.try_acquire(1).is_ok();
+        let granted = shared.try_acquire(1).is_ok();
         compiler_fence(Ordering::SeqCst);
         MAIN_ACQUIRING.store(false, Ordering::Relaxed);
         main_grants += u64::from(granted);
@@ -347,7 +377,7 @@ fn contention() -> bool {
         // Up to a period's pause, so that the handler wins its share of the tokens.
         systick::wait_until(now + u64::from(noise.next()) % PERIOD_TICKS);
     }
-    CONTENDING.store(false, Ordering::Relaxed);
+    CONTENDING.store(CONTEND_NONE, Ordering::Relaxed);
     let handler_grants = u64::from(HANDLER_GRANTS.load(Ordering::Relaxed));
     let attempts = HANDLER_ATTEMPTS.load(Ordering::Relaxed);
     let preempted = HANDLER_PREEMPTED.load(Ordering::Relaxed);
@@ -389,7 +419,7 @@ fn contention() -> bool {
         verdict(monotonic)
     );
     let ok = never_exceeded && all_handed_out && contended && monotonic;
-    hprintln!("contention: {}", verdict(ok));
+    hprintln!("contention, {}: {}", word, verdict(ok));
     ok
 }
 

@@ -9,7 +9,7 @@
 //! construction: the burst and the debt bound each fit in a quarter of the word.
 
 use crate::clock::Clock;
-use crate::engine::div::{div, div_wide};
+use crate::engine::div::{div, div32, div_wide};
 use crate::engine::layout::Layout;
 use crate::engine::word::Word;
 use crate::Denied;
@@ -553,7 +553,7 @@ pub(crate) fn ticks_until(
         if units > u64::from(u32::MAX) {
             return u64::MAX;
         }
-        u64::from(((units - 1) as u32).checked_div(a as u32).unwrap_or(0)) + 1
+        u64::from(div32((units - 1) as u32, a as u32)) + 1
     } else {
         div(units - 1, a) + 1
     };
