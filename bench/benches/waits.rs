@@ -18,7 +18,9 @@
 //!   gets that sleeps to each instant and loses only the time it wakes more than a token's
 //!   time late (the most any waiter at that burst keeps when its wake-ups are that late);
 //! - **1 000 waiters** at 500/s with a burst of 1: order inversions, the pairs served in the
-//!   reverse of the order they asked in;
+//!   reverse of the order they asked in, with the waiters arriving in sequence (each once the
+//!   one before is in line: an order the limiter must keep) and racing (spawned at once over
+//!   two workers: pairs that arrive together have no order to keep);
 //! - **64 tasks at 10^7/s**, burst 1 000: a cap that binds, its share and the cores spent;
 //! - **16 threads blocking** at 1 000/s with a burst of 1 (no runtime): the rate and the cores,
 //!   beside governor's check-and-sleep loop.
@@ -336,25 +338,52 @@ fn many_tasks(which: usize, limit: Limit, tasks: usize, length: Duration) -> Run
     })
 }
 
+/// How the waiters of [`inversions`] arrive.
+#[derive(Clone, Copy, PartialEq)]
+enum Arrivals {
+    /// One after another: each task is spawned once the one before has made its first poll
+    /// (its arrival: it took, or it is waiting), so the order they asked in is the order they
+    /// were spawned in, while the limiter serves those ahead.
+    InSequence,
+    /// All spawned at once over the 2 workers, each numbered by a counter just before its
+    /// first poll: two that arrive together have no order, and a worker descheduled between
+    /// the number and the poll lets later numbers arrive first. Every limiter, a strictly
+    /// first-come one too, shows inversions here.
+    Racing,
+}
+
 /// Order inversions among `waiters` tasks that each ask for one token, at `limit`: pairs
-/// (a, b) where a asked first and b was served first.
-fn inversions(which: usize, limit: Limit, waiters: usize) -> (u64, Duration) {
+/// (a, b) where a asked first and b was served first. A task counts itself served in the poll
+/// that completes its wait.
+fn inversions(which: usize, limit: Limit, waiters: usize, arrivals: Arrivals) -> (u64, Duration) {
     let rt = runtime();
     rt.block_on(async {
         let waits = Arc::new(Waits::new(which, limit));
         let asked = Arc::new(AtomicUsize::new(0));
         let served = Arc::new(AtomicUsize::new(0));
         let cpu = cpu_time();
-        let handles: Vec<_> = (0..waiters)
-            .map(|_| {
-                let (waits, asked, served) = (waits.clone(), asked.clone(), served.clone());
-                tokio::spawn(async move {
-                    let ticket = asked.fetch_add(1, Ordering::Relaxed);
-                    waits.acquire().await;
-                    (ticket, served.fetch_add(1, Ordering::Relaxed))
+        let mut handles = Vec::with_capacity(waiters);
+        for _ in 0..waiters {
+            let (waits, asked, served) = (waits.clone(), asked.clone(), served.clone());
+            let (arrived, has_arrived) = tokio::sync::oneshot::channel::<()>();
+            handles.push(tokio::spawn(async move {
+                let ticket = asked.fetch_add(1, Ordering::Relaxed);
+                let mut acquire = std::pin::pin!(waits.acquire());
+                let mut arrived = Some(arrived);
+                let place = std::future::poll_fn(|cx| {
+                    let polled = acquire.as_mut().poll(cx);
+                    if let Some(arrived) = arrived.take() {
+                        let _ = arrived.send(());
+                    }
+                    polled.map(|()| served.fetch_add(1, Ordering::Relaxed))
                 })
-            })
-            .collect();
+                .await;
+                (ticket, place)
+            }));
+            if arrivals == Arrivals::InSequence {
+                let _ = has_arrived.await;
+            }
+        }
         let mut order = vec![0; waiters];
         for handle in handles {
             let (ticket, place) = handle.await.unwrap();
@@ -417,9 +446,10 @@ fn real_time() {
     println!(
         "\n| limiter | 64 tasks, 10^9/s: grants/s (cores used) | 64 tasks, 10^6/s burst 1 000: share of the cap | \
          64 tasks, 10^7/s burst 1 000: share of the cap (cores used) | \
-         1 waiter, 1 000/s burst 1: grants/s (host's floor; CPU) | 1 000 waiters, 500/s: inversions (CPU) |"
+         1 waiter, 1 000/s burst 1: grants/s (host's floor; CPU) | \
+         1 000 waiters, 500/s, in sequence: inversions of 499 500 (CPU) | the same, racing: inversions |"
     );
-    println!("|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|");
     // Far above demand the figure is two threads on one word, and it moves by half from one
     // run to the next for every limiter alike: these runs are interleaved, every limiter once a
     // round, and each is compared with its peer round by round.
@@ -473,19 +503,14 @@ fn real_time() {
             (rate, run.cpu.as_secs_f64() / run.elapsed.as_secs_f64())
         }));
         let floor = median(floors);
-        let order = median(std::array::from_fn::<_, RUNS, _>(|_| {
-            let (inverted, cpu) = inversions(
-                which,
-                Limit {
-                    per_second: 500,
-                    burst: 1,
-                },
-                1_000,
-            );
-            (inverted, cpu)
-        }));
+        let order = |arrivals| {
+            median(std::array::from_fn::<_, RUNS, _>(|_| {
+                inversions(which, ORDER, 1_000, arrivals)
+            }))
+        };
+        let (in_sequence, racing) = (order(Arrivals::InSequence), order(Arrivals::Racing));
         println!(
-            "| {name} | {:.1} M ({:.1}) | {:.1} % | {:.1} % ({:.2}) | {:.1}/s ({:.1}/s; {:.0} % of a core) | {} of 499 500 ({:.2} s) |",
+            "| {name} | {:.1} M ({:.1}) | {:.1} % | {:.1} % ({:.2}) | {:.1}/s ({:.1}/s; {:.0} % of a core) | {} ({:.2} s) | {} |",
             free.0 / 1e6,
             free.1,
             bound * 100.0,
@@ -494,8 +519,9 @@ fn real_time() {
             single.0,
             floor,
             single.1 * 100.0,
-            order.0,
-            order.1.as_secs_f64(),
+            in_sequence.0,
+            in_sequence.1.as_secs_f64(),
+            racing.0,
         );
     }
     println!(
@@ -521,7 +547,14 @@ fn probe(only: &str) {
     if only == "blocking" {
         return blocking();
     }
+    // `WAITS_LIMITER=i`: limiter `i` of `NAMES` alone (for a profile).
+    let alone: Option<usize> = std::env::var("WAITS_LIMITER")
+        .ok()
+        .and_then(|i| i.parse().ok());
     for (which, name) in NAMES.iter().enumerate() {
+        if alone.is_some_and(|alone| alone != which) {
+            continue;
+        }
         if only == "tight" {
             let run = many_tasks(which, TIGHT, 64, length);
             let seconds = run.elapsed.as_secs_f64();
@@ -532,18 +565,25 @@ fn probe(only: &str) {
                 run.cpu.as_secs_f64() / seconds
             );
         } else {
-            let (inverted, cpu) = inversions(
-                which,
-                Limit {
-                    per_second: 500,
-                    burst: 1,
-                },
-                1_000,
-            );
-            println!("{name}: {inverted} inversions ({:.2} s)", cpu.as_secs_f64());
+            for (arrivals, named) in [
+                (Arrivals::InSequence, "in sequence"),
+                (Arrivals::Racing, "racing"),
+            ] {
+                let (inverted, cpu) = inversions(which, ORDER, 1_000, arrivals);
+                println!(
+                    "{name}, {named}: {inverted} inversions ({:.2} s)",
+                    cpu.as_secs_f64()
+                );
+            }
         }
     }
 }
+
+/// The 1 000 waiters' limit: 500/s, a burst of 1.
+const ORDER: Limit = Limit {
+    per_second: 500,
+    burst: 1,
+};
 
 /// Runs of each real-time figure.
 const RUNS: usize = 3;

@@ -26,8 +26,15 @@ fn timer_lateness<C: Clock>() -> u64 {
 }
 
 /// Whether tokio's clock is paused: it stands still while `std`'s moves. Read across a move of
-/// `std`'s clock (nanoseconds), as [`TokioClock::new`](crate::TokioClock::new) does.
+/// `std`'s clock (nanoseconds), as [`TokioClock::new`](crate::TokioClock::new) does. Only a
+/// current-thread runtime can pause its time, so on any other the answer needs no reading.
 fn time_is_paused() -> bool {
+    let current_thread = ::tokio::runtime::Handle::try_current().is_ok_and(|handle| {
+        handle.runtime_flavor() == ::tokio::runtime::RuntimeFlavor::CurrentThread
+    });
+    if !current_thread {
+        return false;
+    }
     let first = Instant::now();
     let std_first = std::time::Instant::now();
     while std::time::Instant::now() == std_first {
@@ -43,12 +50,29 @@ fn use_precise(early_ticks: u64) -> bool {
     early_ticks > 0 && !time_is_paused() && precise::available()
 }
 
-/// Sleeps `duration` of real time, on the precise timer if `precise` and tokio's otherwise.
-async fn sleep_for(duration: Duration, precise: bool) {
+/// Whether a wait sleeps its last stretch on the precise timer ([`use_precise`]): decided at
+/// its first sleep, and only then, since the decision reads clocks that a wait which never
+/// sleeps need not read.
+#[derive(Clone, Copy)]
+struct Precise {
+    decided: Option<bool>,
+    early_ticks: u64,
+}
+
+impl Precise {
+    fn get(&mut self) -> bool {
+        let early_ticks = self.early_ticks;
+        *self.decided.get_or_insert_with(|| use_precise(early_ticks))
+    }
+}
+
+/// Sleeps `duration` of real time, on the precise timer if `precise` says so and tokio's
+/// otherwise.
+async fn sleep_for(duration: Duration, mut precise: Precise) {
     if duration.is_zero() {
         return;
     }
-    if precise {
+    if precise.get() {
         PreciseSleep::new(std::time::Instant::now() + duration).await;
     } else {
         ::tokio::time::sleep(duration).await;
@@ -79,28 +103,26 @@ enum Timer {
 async fn wait_async<B: Lined, const N: usize, T>(
     waiter: Waiter<'_, B, N>,
     mut take: impl FnMut(Duration) -> Result<T, Denied>,
-) -> Result<(T, Duration, bool), Denied> {
+) -> Result<(T, Duration, Precise), Denied> {
     let mut waiter = waiter.early(timer_lateness::<B::Clock>());
     let early = waiter.early_ticks();
     // Decided after the first look, not before: a wait joins the line as soon as it can, so
     // that callers line up in the order they asked.
-    let mut precise: Option<bool> = None;
+    let mut precise = Precise {
+        decided: None,
+        early_ticks: early,
+    };
     let mut timer: Option<Timer> = None;
     poll_fn(move |cx| loop {
         let look = match waiter.step(cx.waker(), &mut take) {
             Step::Done(done) => {
-                let precise = *precise.get_or_insert_with(|| use_precise(early));
                 return Poll::Ready(done.map(|(taken, waited)| (taken, waited, precise)));
             }
             Step::Sleep(None) => return Poll::Pending,
             Step::Sleep(Some(look)) => look,
         };
         // The stretch slept on the precise timer: as long as tokio's timer may be late.
-        let span = if *precise.get_or_insert_with(|| use_precise(early)) {
-            early
-        } else {
-            0
-        };
+        let span = if precise.get() { early } else { 0 };
         let ticks = match plan(look, waiter.now(), early) {
             Plan::Again => continue,
             Plan::Sleep(ticks) => ticks,
