@@ -236,7 +236,16 @@ fn take_now<C: Clock, W: Word>(
     // A zero timeout never sleeps in line: it is served now or gives up (and leaves the line
     // when dropped, if it had joined one whose head was due).
     match waiter.step(cx.waker(), |_ahead| bucket.reserve(want, Duration::ZERO)) {
-        Step::Done(Ok((paid, _waited))) => Some(paid),
+        // Served, unless a holder ahead in line has not yet returned: then the tokens go back,
+        // and the stream waits behind it.
+        Step::Done(Ok((paid, _waited))) => {
+            if waiter.try_release(cx.waker()) {
+                Some(paid)
+            } else {
+                crate::wait::GiveBack::give_back(bucket, paid);
+                None
+            }
+        }
         _ => None,
     }
 }

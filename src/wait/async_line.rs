@@ -132,6 +132,16 @@ pub(crate) async fn wait_in_line_jittered<L: TakeNow, S: Sleeper>(
                     learn_lateness(limit, at);
                     slept = true;
                 }
+                // A place held past the take: not before the holders ahead have returned.
+                if let Some(at) = place.take() {
+                    while !line::with(|line| line.release(&at)) {
+                        at.turn().await;
+                    }
+                    let next = line::with(|line| line.leave(at, true));
+                    if let Some(waker) = next {
+                        waker.wake();
+                    }
+                }
                 let extra = if slept { jitter.next() } else { Duration::ZERO };
                 if !extra.is_zero() {
                     sleeper.sleep(extra).await;
@@ -198,7 +208,7 @@ fn look<L: TakeNow>(
     };
     let heads = match place {
         Some(at) => line.heads(at.index()),
-        None => !line.has(key),
+        None => !line.has_waiting(key),
     };
     if heads {
         // A take ahead never reaches past the deadline: the tokens it takes fall due by then
@@ -211,7 +221,24 @@ fn look<L: TakeNow>(
             .map(Some);
         let denied = match taken {
             Ok(taken) => {
-                *wake = place.take().and_then(|at| line.leave(at, true));
+                let due_in = taken.as_ref().map_or(Duration::ZERO, |(_, due_in)| *due_in);
+                // Taken ahead of its instant, or behind holders not yet returned: it holds a
+                // place until it may return (past the line's capacity, it returns unordered).
+                let behind = match place {
+                    Some(at) => !line.free_to_return(at.index()),
+                    None => line.has(key),
+                };
+                if due_in.is_zero() && !behind {
+                    *wake = place.take().and_then(|at| line.leave(at, true));
+                } else {
+                    if place.is_none() {
+                        let due = now.wrapping_add(duration_to_ticks_ceil::<L::Clock>(due_in));
+                        *place = line.join(key, due, false);
+                    }
+                    if let Some(at) = place {
+                        *wake = line.hold(at);
+                    }
+                }
                 return Next::Served(now, taken);
             }
             Err(denied) => denied,

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::task::{Wake, Waker};
 use std::thread::{self, Thread};
 
-use super::queue::{plan, settled_at_once, Lined, Plan, Step, Waiter};
+use super::queue::{plan, settled_at_once, Held, Lined, Plan, Step, Waiter};
 use super::{CancelOnDrop, ReserveNow};
 use crate::clock::ticks_to_duration_ceil;
 use crate::{Clock, Denied, Jitter, TokenBucket, Word};
@@ -35,16 +35,16 @@ fn park_lateness<C: Clock>() -> u64 {
 /// Runs `waiter` on this thread until it is served or gives up: parks between looks, for at
 /// most its timer. `take(ahead)` may take up to `ahead` before the tokens' instant (see
 /// [`park_lateness`]).
-fn wait_blocking<B: Lined, const N: usize, T>(
-    waiter: Waiter<'_, B, N>,
+fn wait_blocking<'a, B: Lined, const N: usize, T: Held>(
+    waiter: Waiter<'a, B, N>,
     mut take: impl FnMut(Duration) -> Result<T, Denied>,
-) -> Result<(T, Duration), Denied> {
+) -> Result<(T, Duration, Waiter<'a, B, N>, Waker), Denied> {
     let mut waiter = waiter.early(park_lateness::<B::Clock>());
     let early = waiter.early_ticks();
     let waker = Waker::from(Arc::new(Unpark(thread::current())));
     loop {
         let look = match waiter.step(&waker, &mut take) {
-            Step::Done(done) => return done,
+            Step::Done(done) => return done.map(|(taken, waited)| (taken, waited, waiter, waker)),
             Step::Sleep(None) => {
                 thread::park();
                 continue;
@@ -69,11 +69,16 @@ pub(crate) fn acquire_blocking<G: ReserveNow, B: Lined, const N: usize>(
     cost: G::Cost,
     jitter: &Jitter,
 ) -> Result<Duration, Denied> {
-    let ((taken, due_in), waited) = wait_blocking(waiter, |ahead| gate.reserve_ahead(cost, ahead))?;
+    let ((taken, due_in), waited, mut waiter, waker) =
+        wait_blocking(waiter, |ahead| gate.reserve_ahead(cost, ahead))?;
     let guard = CancelOnDrop::new(gate, taken);
     let waited = waited + due_in;
     if !due_in.is_zero() {
         thread::sleep(due_in);
+    }
+    // Not before the holders ahead of it in line have returned.
+    while !waiter.try_release(&waker) {
+        thread::park();
     }
     let jitter = jitter.after(waited);
     if !jitter.is_zero() {

@@ -35,6 +35,12 @@ pub(crate) struct Place {
     pub(crate) stale: bool,
     /// The head before it left and woke it.
     woken: bool,
+    /// Served ahead of its tokens' instant (or behind such a waiter): holds its place until it
+    /// returns, so that nobody behind it returns first. Only the waiters behind the holders
+    /// wait for tokens.
+    holding: bool,
+    /// A holder back from its sleep, waiting for the holders ahead of it to return.
+    releasing: bool,
 }
 
 impl Place {
@@ -46,6 +52,8 @@ impl Place {
         timer: false,
         stale: false,
         woken: false,
+        holding: false,
+        releasing: false,
     };
 }
 
@@ -87,8 +95,18 @@ fn earlier(a: u32, b: u32) -> bool {
 }
 
 impl Line {
-    /// Whether the waiter at `index` has no waiter of its limit ahead of it.
+    /// Whether the waiter at `index` has no waiter of its limit ahead of it that still waits
+    /// for tokens (holders ahead of it have theirs).
     pub(crate) fn heads(&self, index: usize) -> bool {
+        let me = &self.places[slot(index)];
+        !self
+            .places
+            .iter()
+            .any(|p| p.key == me.key && !p.holding && earlier(p.ticket, me.ticket))
+    }
+
+    /// Whether the waiter at `index` may return: nobody of its limit is ahead of it.
+    pub(crate) fn free_to_return(&self, index: usize) -> bool {
         let me = &self.places[slot(index)];
         !self
             .places
@@ -96,10 +114,52 @@ impl Line {
             .any(|p| p.key == me.key && earlier(p.ticket, me.ticket))
     }
 
-    /// The first (`first`) or last waiter of `key`'s line, if anyone waits on it.
-    fn end_of(&self, key: usize, first: bool) -> Option<usize> {
+    /// Whether anyone in `key`'s line still waits for tokens.
+    pub(crate) fn has_waiting(&self, key: usize) -> bool {
+        self.places.iter().any(|p| p.key == key && !p.holding)
+    }
+
+    /// The waiter at `at` was served and holds its place until it returns: the next waiter
+    /// of its limit that waits for tokens is the head now. Returns its waker when it must be
+    /// woken: its estimate is stale, or it has no timer.
+    pub(crate) fn hold(&mut self, at: &InLine) -> Option<Waker> {
+        let key = {
+            let me = &mut self.places[slot(at.index)];
+            me.holding = true;
+            me.key
+        };
+        self.hand_on(key)
+    }
+
+    /// The holder at `at` is back from its sleep: `true` if it may return now (then it leaves
+    /// through [`leave`](Self::leave)); otherwise its waker is woken when it may.
+    pub(crate) fn release(&mut self, at: &InLine) -> bool {
+        if self.free_to_return(at.index) {
+            return true;
+        }
+        self.places[slot(at.index)].releasing = true;
+        false
+    }
+
+    /// The head of `key`'s line (its first waiter still waiting for tokens), to be woken if its
+    /// estimate is stale or it has no timer.
+    fn hand_on(&mut self, key: usize) -> Option<Waker> {
+        let head = &mut self.places[slot(self.end_of(key, true, true)?)];
+        if head.timer && !head.stale {
+            return None;
+        }
+        head.woken = true;
+        head.waker.take()
+    }
+
+    /// The first (`first`) or last waiter of `key`'s line, if anyone waits on it; `waiting`:
+    /// among the waiters still waiting for tokens only.
+    fn end_of(&self, key: usize, first: bool, waiting: bool) -> Option<usize> {
         let mut end: Option<usize> = None;
         for (i, p) in self.places.iter().enumerate() {
+            if waiting && p.holding {
+                continue;
+            }
             let beyond = |h: usize| {
                 let (a, b) = (p.ticket, self.places[slot(h)].ticket);
                 if first {
@@ -117,7 +177,8 @@ impl Line {
 
     /// The last waiter of `key`'s line, if anyone waits on it.
     pub(crate) fn last_of(&self, key: usize) -> Option<&Place> {
-        self.end_of(key, false).map(|i| &self.places[slot(i)])
+        self.end_of(key, false, false)
+            .map(|i| &self.places[slot(i)])
     }
 
     /// Takes a free place at the back of `key`'s line (`key`: never 0), estimated due at `due`;
@@ -134,6 +195,8 @@ impl Line {
             timer: false,
             stale,
             woken: false,
+            holding: false,
+            releasing: false,
         };
         Some(InLine { index })
     }
@@ -144,16 +207,18 @@ impl Line {
     }
 
     /// Takes `at` out of the line; `served` when it leaves with its tokens. A waiter that gives
-    /// up makes the estimates of those behind it stale. Returns the waker of the new head when
-    /// it must be woken: its estimate is stale, or it has no timer.
+    /// up makes the estimates of those behind it stale. Returns the waker to wake: of the
+    /// holder behind it, back from its sleep, that may now return; or of the new head, when it
+    /// must be woken (its estimate is stale, or it has no timer).
     pub(crate) fn leave(&mut self, at: InLine, served: bool) -> Option<Waker> {
         let index = at.index;
         core::mem::forget(at);
-        let (key, ticket) = (
+        let (key, ticket, holding) = (
             self.places[slot(index)].key,
             self.places[slot(index)].ticket,
+            self.places[slot(index)].holding,
         );
-        let was_head = self.heads(index);
+        let was_head = !holding && self.heads(index);
         self.places[slot(index)] = Place::FREE;
         if !served {
             for p in self.places.iter_mut() {
@@ -162,15 +227,17 @@ impl Line {
                 }
             }
         }
+        if let Some(first) = self.end_of(key, true, false) {
+            let first = &mut self.places[slot(first)];
+            if first.holding && first.releasing {
+                first.woken = true;
+                return first.waker.take();
+            }
+        }
         if !was_head {
             return None;
         }
-        let head = &mut self.places[slot(self.end_of(key, true)?)];
-        if head.timer && !head.stale {
-            return None;
-        }
-        head.woken = true;
-        head.waker.take()
+        self.hand_on(key)
     }
 
     /// Whether anyone waits in `key`'s line.

@@ -84,6 +84,13 @@ struct Entry {
     waker: Option<Waker>,
     /// The clock tick at which the waiter's own timer fires, if it has one.
     timer_at: Option<u64>,
+    /// Took ahead of its tokens' instant and sleeps to it: no longer waits for tokens, but
+    /// holds its place until it returns, so that nobody behind it returns first.
+    holding: bool,
+    /// A holder back from its sleep, waiting for the holders ahead of it to return.
+    releasing: bool,
+    /// Free to return: every holder ahead of it has returned.
+    released: bool,
 }
 
 /// The waiters of one bucket, first come first.
@@ -107,8 +114,37 @@ impl Line {
         }
     }
 
+    /// The waiter that takes next: the first one still waiting for tokens. Holders (a prefix
+    /// of the line: only this head takes) are behind it in nothing.
     fn head(&self) -> Option<&Entry> {
-        self.entries.front()
+        self.entries.iter().find(|e| !e.gone && !e.holding)
+    }
+
+    fn head_mut(&mut self) -> Option<&mut Entry> {
+        self.entries.iter_mut().find(|e| !e.gone && !e.holding)
+    }
+
+    /// Whether every waiter ahead of `id` has returned, or been freed to.
+    fn free_to_return(&self, id: u64) -> bool {
+        self.entries
+            .iter()
+            .take_while(|e| e.id < id)
+            .all(|e| e.gone || e.released)
+    }
+
+    /// Frees the holders back from their sleep that no holder still asleep is ahead of, in line
+    /// order, and collects their wakers.
+    fn free_returns(&mut self, wake: &mut Vec<Waker>) {
+        for entry in &mut self.entries {
+            if entry.gone || entry.released {
+                continue;
+            }
+            if !(entry.holding && entry.releasing) {
+                break;
+            }
+            entry.released = true;
+            wake.extend(entry.waker.take());
+        }
     }
 
     fn find(&mut self, id: u64) -> Option<&mut Entry> {
@@ -116,7 +152,7 @@ impl Line {
         self.entries.get_mut(at)
     }
 
-    /// Takes `id` out of the line. Returns whether it was the head.
+    /// Takes `id` out of the line. Returns whether it was the head, the waiter taking next.
     fn leave(&mut self, id: u64) -> bool {
         let was_head = self.head().is_some_and(|e| e.id == id);
         if let Some(entry) = self.find(id) {
@@ -203,7 +239,7 @@ fn shard_of(_key: usize) -> usize {
 struct Locked<const N: usize> {
     /// `(shard, guard)`, one per distinct shard.
     guards: [Option<(usize, MutexGuard<'static, Shard>)>; N],
-    wake: [Option<Waker>; N],
+    wake: Vec<Waker>,
 }
 
 impl<const N: usize> Drop for Locked<N> {
@@ -211,7 +247,7 @@ impl<const N: usize> Drop for Locked<N> {
         for guard in &mut self.guards {
             drop(guard.take());
         }
-        for waker in self.wake.iter_mut().filter_map(Option::take) {
+        for waker in self.wake.drain(..) {
             waker.wake();
         }
     }
@@ -239,7 +275,7 @@ impl<const N: usize> Locked<N> {
         }
         Locked {
             guards,
-            wake: core::array::from_fn(|_| None),
+            wake: Vec::new(),
         }
     }
 
@@ -359,6 +395,32 @@ pub(crate) fn settled_at_once<B: Lined + ReserveNow<Cost = u32>>(
     settled(bucket.take_at_once(n))
 }
 
+/// What a take holds: whether it took ahead of its tokens' instant, so that its caller sleeps
+/// to that instant holding it. Its waiter then holds its place in line until the caller
+/// returns ([`Waiter::try_release`]), so that nobody behind it, and no newcomer, returns first.
+pub(crate) trait Held {
+    /// How long until the take's tokens fall due.
+    fn due_in(&self) -> Duration;
+}
+
+impl Held for () {
+    fn due_in(&self) -> Duration {
+        Duration::ZERO
+    }
+}
+
+impl<T> Held for (T, Duration) {
+    fn due_in(&self) -> Duration {
+        self.1
+    }
+}
+
+impl Held for crate::Reservation {
+    fn due_in(&self) -> Duration {
+        self.wait()
+    }
+}
+
 /// What a waiter does next.
 pub(crate) enum Step<T> {
     /// Served (with what it took and the time it waited) or refused: the wait is over.
@@ -430,6 +492,8 @@ pub(crate) struct Waiter<'a, B: Lined, const N: usize> {
     /// How early its driver's timer wakes it (see [`plan`]): a turn estimated closer than
     /// this is left to the head before it to wake, rather than to the timer.
     early_ticks: u64,
+    /// A take held ahead no longer than this keeps no place in line (see [`spun`](Self::spun)).
+    spun: Duration,
 }
 
 impl<'a, B: Lined, const N: usize> Waiter<'a, B, N> {
@@ -461,6 +525,7 @@ impl<'a, B: Lined, const N: usize> Waiter<'a, B, N> {
             timer_at: None,
             heading: false,
             early_ticks: 0,
+            spun: Duration::ZERO,
         })
     }
 
@@ -474,6 +539,15 @@ impl<'a, B: Lined, const N: usize> Waiter<'a, B, N> {
         let now = self.now();
         let holds = (0..N).all(|i| self.buckets[i].slack_ticks(now, self.units[i]) >= ticks);
         self.early_ticks = if holds { 0 } else { ticks };
+        self
+    }
+
+    /// For a driver that spins through a take held ahead no longer than `spun`, rather than
+    /// sleeping on a timer that may wake it late: such a take keeps no place in line, since
+    /// its caller is back at the tokens' instant, before anyone behind it can be.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) fn spun(mut self, spun: Duration) -> Self {
+        self.spun = spun;
         self
     }
 
@@ -492,7 +566,11 @@ impl<'a, B: Lined, const N: usize> Waiter<'a, B, N> {
     /// path, which may take up to `ahead` before the tokens' instant (zero unless the driver
     /// asked for [`early`](Self::early), and never past the deadline), and otherwise says how
     /// long until it could; `waker` is what the head that leaves before it wakes.
-    pub(crate) fn step<T>(
+    ///
+    /// Served, the waiter still holds its place if it took ahead of its tokens' instant or a
+    /// holder ahead of it has not yet returned: its caller then returns only once
+    /// [`try_release`](Self::try_release) says so.
+    pub(crate) fn step<T: Held>(
         &mut self,
         waker: &Waker,
         take: impl FnOnce(Duration) -> Result<T, Denied>,
@@ -515,7 +593,15 @@ impl<'a, B: Lined, const N: usize> Waiter<'a, B, N> {
         if heads_all {
             match take() {
                 Ok(taken) => {
-                    self.leave(&mut locked, now);
+                    let behind =
+                        !self.keys.iter().zip(&ids).all(|(&key, &id)| {
+                            locked.line(key).map_or(true, |l| l.free_to_return(id))
+                        });
+                    if taken.due_in() > self.spun || behind {
+                        self.hold(&mut locked, &ids, now);
+                    } else {
+                        self.leave(&mut locked, now);
+                    }
                     return Step::Done(Ok((taken, self.waited(now))));
                 }
                 Err(Denied::Insufficient { retry_after }) => {
@@ -560,7 +646,7 @@ impl<'a, B: Lined, const N: usize> Waiter<'a, B, N> {
 
     /// The first look: straight to the try path when nobody waits, else to the back of the
     /// lines.
-    fn join<T>(
+    fn join<T: Held>(
         &mut self,
         locked: &mut Locked<N>,
         now: u64,
@@ -568,14 +654,26 @@ impl<'a, B: Lined, const N: usize> Waiter<'a, B, N> {
         waker: &Waker,
         take: impl FnOnce() -> Result<T, Denied>,
     ) -> Step<T> {
+        // Nobody waits for tokens; holders (back from their takes, not yet returned) may.
         let nobody_waits = self
             .keys
             .iter()
-            .all(|&key| locked.line(key).map_or(true, |l| l.entries.is_empty()));
+            .all(|&key| locked.line(key).map_or(true, |l| l.head().is_none()));
         // The instant its tokens fall due, and (for a take ahead) the one it can take them.
         let (wait, due) = if nobody_waits {
             match take() {
-                Ok(taken) => return Step::Done(Ok((taken, Duration::ZERO))),
+                Ok(taken) => {
+                    let holders = self
+                        .keys
+                        .iter()
+                        .any(|&key| locked.line(key).is_some_and(|l| !l.entries.is_empty()));
+                    // Taken ahead, or behind holders: it holds a place until it may return.
+                    if taken.due_in() > self.spun || holders {
+                        let ids = self.enter(locked, None, waker);
+                        self.hold(locked, &ids, now);
+                    }
+                    return Step::Done(Ok((taken, Duration::ZERO)));
+                }
                 Err(Denied::Insufficient { retry_after }) => {
                     let retry = duration_to_ticks_ceil::<B::Clock>(retry_after.get());
                     (retry, retry.saturating_add(ahead))
@@ -603,9 +701,15 @@ impl<'a, B: Lined, const N: usize> Waiter<'a, B, N> {
         self.heading = nobody_waits;
         // Behind others, a turn closer than the timer can wake to is left to the head before.
         self.timer_at = (nobody_waits || wait > self.early_ticks).then(|| now.wrapping_add(wait));
+        self.enter(locked, self.timer_at, waker);
+        Step::Sleep(self.next_look(now))
+    }
+
+    /// Joins the back of every line, its own timer firing at `timer_at`; returns its places.
+    fn enter(&mut self, locked: &mut Locked<N>, timer_at: Option<u64>, waker: &Waker) -> [u64; N] {
         let mut ids = [0u64; N];
         for i in 0..N {
-            let (key, units, timer_at) = (self.keys[i], self.units[i], self.timer_at);
+            let (key, units) = (self.keys[i], self.units[i]);
             let Some(line) = locked.line_or_new(key) else {
                 continue;
             };
@@ -626,10 +730,65 @@ impl<'a, B: Lined, const N: usize> Waiter<'a, B, N> {
                 gone: false,
                 waker: Some(waker.clone()),
                 timer_at,
+                holding: false,
+                releasing: false,
+                released: false,
             });
         }
         self.ids = Some(ids);
-        Step::Sleep(self.next_look(now))
+        ids
+    }
+
+    /// Served, it holds its place in every line until it may return: its units are no longer
+    /// queued (the bucket holds its take), and the waiter behind it, the new head, is handed
+    /// the turn.
+    fn hold(&mut self, locked: &mut Locked<N>, ids: &[u64; N], now: u64) {
+        for (i, (&key, &id)) in self.keys.iter().zip(ids).enumerate() {
+            let Some(line) = locked.line(key) else {
+                continue;
+            };
+            let mut units = 0;
+            if let Some(entry) = line.find(id) {
+                units = core::mem::take(&mut entry.units);
+                entry.timer_at = None;
+                entry.holding = true;
+            }
+            line.queued_units = line.queued_units.saturating_sub(units);
+            let next = hand_on(line, self.buckets[i], now);
+            locked.wake.extend(next);
+        }
+        self.timer_at = None;
+    }
+
+    /// Whether the caller of a served wait may return: `true` once every holder ahead of it in
+    /// each line has returned (it then leaves its lines, freeing the holders behind it that
+    /// are back from their sleeps), at once for a waiter that holds no place. Otherwise
+    /// `waker` is woken when it may.
+    pub(crate) fn try_release(&mut self, waker: &Waker) -> bool {
+        let Some(ids) = self.ids else {
+            return true;
+        };
+        let mut locked = Locked::lock(&self.keys);
+        let free = self
+            .keys
+            .iter()
+            .zip(&ids)
+            .all(|(&key, &id)| locked.line(key).map_or(true, |l| l.free_to_return(id)));
+        if free {
+            let now = self.now();
+            self.leave(&mut locked, now);
+            return true;
+        }
+        for (&key, &id) in self.keys.iter().zip(&ids) {
+            if let Some(entry) = locked.line(key).and_then(|l| l.find(id)) {
+                entry.releasing = true;
+                match &entry.waker {
+                    Some(known) if known.will_wake(waker) => {}
+                    _ => entry.waker = Some(waker.clone()),
+                }
+            }
+        }
+        false
     }
 
     /// Keeps the lines' copy of this waiter's waker and timer up to date.
@@ -655,9 +814,12 @@ impl<'a, B: Lined, const N: usize> Waiter<'a, B, N> {
             let Some(line) = locked.line(key) else {
                 continue;
             };
+            let mut woken = Vec::new();
             if line.leave(id) {
-                locked.wake[i] = hand_on(line, self.buckets[i], now);
+                woken.extend(hand_on(line, self.buckets[i], now));
             }
+            line.free_returns(&mut woken);
+            locked.wake.append(&mut woken);
             locked.drop_if_empty(key);
         }
     }
@@ -723,7 +885,7 @@ impl<B: Lined, const N: usize> Drop for Waiter<'_, B, N> {
 /// The head left `line`: the new head's waker, unless its own timer fires in time for its
 /// tokens.
 fn hand_on<B: Lined>(line: &mut Line, bucket: &B, now: u64) -> Option<Waker> {
-    let head = line.entries.front_mut()?;
+    let head = line.head_mut()?;
     let due = now.wrapping_add(bucket.ticks_until_holding(now, head.units));
     let timer_in_time = head
         .timer_at
@@ -748,7 +910,7 @@ pub(crate) fn given_back<B: Lined>(bucket: &B) {
     let now = bucket.now_ticks();
     let waker = locked.line(key).and_then(|line| hand_on(line, bucket, now));
     // Woken when the lock is released.
-    locked.wake[0] = waker;
+    locked.wake.extend(waker);
 }
 
 /// The whole nanoseconds of `ticks`, rounded down: how far ahead a take may come, which must

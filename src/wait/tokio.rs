@@ -10,7 +10,7 @@ use std::boxed::Box;
 use ::tokio::time::{sleep_until, Instant, Sleep};
 
 use super::precise::{self, PreciseSleep};
-use super::queue::{plan, settled_at_once, Lined, Plan, Step, Waiter};
+use super::queue::{plan, settled_at_once, Held, Lined, Plan, Step, Waiter};
 use super::{CancelOnDrop, ReserveNow};
 use crate::clock::ticks_to_duration_ceil;
 use crate::{Clock, Denied, Jitter, Reservation, TokenBucket, Word};
@@ -66,6 +66,14 @@ impl Precise {
     }
 }
 
+/// The longest take held ahead that a wait on the precise timer spins through, yielding to
+/// the runtime until its instant, rather than sleeping: well under the timer thread's own
+/// lateness (the kernel's timer slack), so that such a caller is back at its instant, and its
+/// take keeps no place in line (see [`Waiter::spun`]). A rate that binds many tasks takes a few
+/// microseconds ahead at a time: through the line, every such take would wait for the one
+/// before it to return.
+const SPUN: Duration = Duration::from_micros(20);
+
 /// Sleeps `duration` of real time, on the precise timer if `precise` says so and tokio's
 /// otherwise.
 async fn sleep_for(duration: Duration, mut precise: Precise) {
@@ -73,7 +81,19 @@ async fn sleep_for(duration: Duration, mut precise: Precise) {
         return;
     }
     if precise.get() {
-        PreciseSleep::new(std::time::Instant::now() + duration).await;
+        let at = std::time::Instant::now() + duration;
+        if duration <= SPUN {
+            poll_fn(|cx| {
+                if std::time::Instant::now() >= at {
+                    return Poll::Ready(());
+                }
+                cx.waker().wake_by_ref();
+                Poll::Pending
+            })
+            .await;
+        } else {
+            PreciseSleep::new(at).await;
+        }
     } else {
         ::tokio::time::sleep(duration).await;
     }
@@ -98,32 +118,44 @@ enum Timer {
 /// timer, so that a caller coming back for its next token is not late for it either. Elsewhere
 /// `ahead` is zero and every sleep is tokio's.
 ///
-/// Returns what `take` took, the time waited until then, and whether the wait's sleeps are
-/// precise (for the caller's sleep to the instant).
-async fn wait_async<B: Lined, const N: usize, T>(
-    waiter: Waiter<'_, B, N>,
+/// Returns what `take` took, the time waited until then, whether the wait's sleeps are
+/// precise (for the caller's sleep to the instant), and the waiter: served, it may still hold
+/// its place in line, until the caller may return ([`returned`]).
+async fn wait_async<'a, B: Lined, const N: usize, T: Held>(
+    waiter: Waiter<'a, B, N>,
     mut take: impl FnMut(Duration) -> Result<T, Denied>,
-) -> Result<(T, Duration, Precise), Denied> {
-    let mut waiter = waiter.early(timer_lateness::<B::Clock>());
+) -> Result<(T, Duration, Precise, Waiter<'a, B, N>), Denied> {
+    let waiter = waiter.early(timer_lateness::<B::Clock>());
     let early = waiter.early_ticks();
-    // Decided after the first look, not before: a wait joins the line as soon as it can, so
-    // that callers line up in the order they asked.
     let mut precise = Precise {
         decided: None,
         early_ticks: early,
     };
+    // Only a wait that takes ahead has a take to spin through, and only on the precise timer.
+    let spun = if early > 0 && precise.get() {
+        SPUN
+    } else {
+        Duration::ZERO
+    };
+    let mut waiter = Some(waiter.spun(spun));
     let mut timer: Option<Timer> = None;
     poll_fn(move |cx| loop {
-        let look = match waiter.step(cx.waker(), &mut take) {
-            Step::Done(done) => {
-                return Poll::Ready(done.map(|(taken, waited)| (taken, waited, precise)));
-            }
+        // Always a waiter here: it is taken only by the poll that completes the future.
+        let Some(lined) = waiter.as_mut() else {
+            return Poll::Pending;
+        };
+        let look = match lined.step(cx.waker(), &mut take) {
+            Step::Done(Err(refused)) => return Poll::Ready(Err(refused)),
+            Step::Done(Ok((taken, waited))) => match waiter.take() {
+                Some(waiter) => return Poll::Ready(Ok((taken, waited, precise, waiter))),
+                None => return Poll::Pending,
+            },
             Step::Sleep(None) => return Poll::Pending,
             Step::Sleep(Some(look)) => look,
         };
         // The stretch slept on the precise timer: as long as tokio's timer may be late.
         let span = if precise.get() { early } else { 0 };
-        let ticks = match plan(look, waiter.now(), early) {
+        let ticks = match plan(look, lined.now(), early) {
             Plan::Again => continue,
             Plan::Sleep(ticks) => ticks,
         };
@@ -162,6 +194,19 @@ async fn wait_async<B: Lined, const N: usize, T>(
     .await
 }
 
+/// Resolves once the caller of a served wait may return: at once unless `waiter` holds its
+/// place behind a holder that has not yet returned (see [`Waiter::try_release`]).
+async fn returned<B: Lined, const N: usize>(mut waiter: Waiter<'_, B, N>) {
+    poll_fn(move |cx| {
+        if waiter.try_release(cx.waker()) {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    })
+    .await;
+}
+
 /// Waits in line for `cost` from `gate`, then sleeps holding the take until its tokens'
 /// instant (a take ahead of it, see [`wait_async`]) and then `jitter`: every async wait.
 /// Cancel-safe: dropped in line it has taken nothing; dropped while it holds the take it gives
@@ -173,11 +218,12 @@ pub(crate) async fn acquire_async<G: ReserveNow, B: Lined, const N: usize>(
     cost: G::Cost,
     jitter: &Jitter,
 ) -> Result<Duration, Denied> {
-    let ((taken, due_in), waited, precise) =
+    let ((taken, due_in), waited, precise, waiter) =
         wait_async(waiter, |ahead| gate.reserve_ahead(cost, ahead)).await?;
     let guard = CancelOnDrop::new(gate, taken);
     let waited = waited + due_in;
     sleep_for(due_in, precise).await;
+    returned(waiter).await;
     let jitter = jitter.after(waited);
     if !jitter.is_zero() {
         ::tokio::time::sleep(jitter).await;
@@ -379,10 +425,12 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
             return self.reserve(0, Duration::ZERO);
         }
         let waiter = Waiter::new([self], [n], Some(timeout))?;
-        let (taken, _waited, precise) = wait_async(waiter, |ahead| self.reserve(n, ahead)).await?;
+        let (taken, _waited, precise, waiter) =
+            wait_async(waiter, |ahead| self.reserve(n, ahead)).await?;
         let due_in = taken.wait();
         let guard = CancelOnDrop::new(self, taken);
         sleep_for(due_in, precise).await;
+        returned(waiter).await;
         Ok(guard.into_taken())
     }
 }

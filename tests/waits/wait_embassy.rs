@@ -84,6 +84,18 @@ impl<'a> Executor<'a> {
             }
         }
     }
+    /// Polls task `i` alone, if it is woken: an executor owes woken tasks no order.
+    fn run_one(&mut self, i: usize) {
+        let (task, flag, polls) = &mut self.tasks[i];
+        if task.is_some() && flag.0.swap(false, Ordering::SeqCst) {
+            *polls += 1;
+            let waker = Waker::from(flag.clone());
+            let mut cx = Context::from_waker(&waker);
+            if task.as_mut().unwrap().as_mut().poll(&mut cx).is_ready() {
+                *task = None;
+            }
+        }
+    }
     fn polls(&self, i: usize) -> usize {
         self.tasks[i].2
     }
@@ -603,6 +615,45 @@ fn a_burst_of_one_keeps_the_rate_on_a_timer_that_wakes_late() {
     println!("burst 1 at 300/s on a 1 ms tick: {rate:.4} of the rate; lateness seen {late:?}");
     assert!(rate >= 0.99, "{rate:.4} of the rate");
     assert!(late <= Duration::from_millis(1), "{late:?}");
+}
+
+#[test]
+fn a_newcomer_never_returns_before_a_waiter_holding_a_take_ahead() {
+    let _serial = serial();
+    // 1 000 a second, burst 1, from empty. The first wait's timer fires a millisecond late, so
+    // the line learns that lateness and its heads take that far ahead of their instants.
+    let gate = bucket(1_000, 1);
+    let order = Mutex::new(Vec::new());
+    let mut ex = Executor::new();
+    let (g, o) = (&gate, &order);
+    ex.spawn(async move {
+        EmbassyWait::acquire(g, 1).await.unwrap();
+    });
+    ex.run();
+    advance(Duration::from_millis(2));
+    ex.run();
+    assert!(ex.done(0));
+    assert_eq!(tollgate::wait::timer_lateness(), Duration::from_millis(1));
+    // At 2 ms: the next token falls due at 3 ms, within the learnt lateness, so the head takes
+    // it now and sleeps to 3 ms holding it.
+    let holder = ex.spawn(async move {
+        EmbassyWait::acquire(g, 1).await.unwrap();
+        o.lock().unwrap().push("holder");
+    });
+    ex.run();
+    assert!(!ex.done(holder));
+    // Time moves past its instant, and past the next token's, before its task is polled; a
+    // newcomer polled first finds a token there, but the holder asked first.
+    advance(Duration::from_millis(3));
+    let newcomer = ex.spawn(async move {
+        EmbassyWait::acquire(g, 1).await.unwrap();
+        o.lock().unwrap().push("newcomer");
+    });
+    ex.run_one(newcomer);
+    ex.run();
+    assert!(ex.done(holder) && ex.done(newcomer));
+    assert_eq!(*order.lock().unwrap(), ["holder", "newcomer"]);
+    assert_eq!(waiters_in_line(), 0);
 }
 
 /// An async delay on a manual clock that overshoots to the next whole millisecond, plus 0.3:
