@@ -31,6 +31,8 @@
 //! `WAITS_SECONDS=n` for longer real-time runs).
 
 mod common;
+#[path = "../../tests/support/floor.rs"]
+mod floor;
 
 use std::future::Future;
 use std::hint::black_box;
@@ -399,49 +401,13 @@ fn inversions(which: usize, limit: Limit, waiters: usize, arrivals: Arrivals) ->
     })
 }
 
-/// The host's floor for one waiter at `per_second` with a burst of 1: a thread that sleeps to
-/// each token's instant (`std::thread::sleep`, the kernel's high-resolution timer) and keeps its
-/// schedule unless it wakes more than a token's time late, as a waiter that takes ahead keeps
-/// the bucket's. What it loses is what this host's wake-ups lose any waiter at that burst:
-/// the time a thread is late beyond one token's. Returns grants per second and the share of a
-/// core the process used.
-fn sleeper_floor(per_second: u64, length: Duration) -> (f64, f64) {
-    let period = Duration::from_nanos(1_000_000_000 / per_second);
-    let cpu = cpu_time();
-    let start = Instant::now();
-    let end = start + length;
-    let mut instant = start;
-    let mut grants = 0u64;
-    while instant < end {
-        let now = Instant::now();
-        if instant > now {
-            std::thread::sleep(instant - now);
-        }
-        let now = Instant::now();
-        grants += 1;
-        instant = if now - instant > period {
-            now
-        } else {
-            instant + period
-        };
-    }
-    let seconds = start.elapsed().as_secs_f64();
-    (
-        grants as f64 / seconds,
-        cpu_time().saturating_sub(cpu).as_secs_f64() / seconds,
-    )
-}
-
 fn real_time() {
     let length = run_length();
     println!(
         "\nReal time, 2 tokio workers, {} cores here, median of {RUNS} runs of {length:?} ({FREE_ROUNDS} for 64 tasks at 10^9/s)",
         std::thread::available_parallelism().map_or(1, |n| n.get())
     );
-    let binding = Limit {
-        per_second: 1_000_000,
-        burst: 1_000,
-    };
+    let binding = BINDING;
     let tight = TIGHT;
     println!(
         "\n| limiter | 64 tasks, 10^9/s: grants/s (cores used) | 64 tasks, 10^6/s burst 1 000: share of the cap | \
@@ -497,7 +463,7 @@ fn real_time() {
         // host shows in both.
         let mut floors = [0.0; RUNS];
         let single = median(std::array::from_fn::<_, RUNS, _>(|i| {
-            floors[i] = sleeper_floor(one.per_second, length * 2).0;
+            floors[i] = floor::sleeper_floor(one.per_second, length * 2);
             let run = many_tasks(which, one, 1, length * 2);
             let rate = run.grants as f64 / run.elapsed.as_secs_f64();
             (rate, run.cpu.as_secs_f64() / run.elapsed.as_secs_f64())
@@ -540,12 +506,15 @@ fn real_time() {
     }
 }
 
-/// One real-time figure alone, every limiter once: `blocking`, `tight` (64 tasks at
-/// [`TIGHT`]) or `order` (1 000 waiters at 500/s).
+/// One real-time figure alone, every limiter once: `blocking`, `binding` and `tight` (64
+/// tasks at [`BINDING`], [`TIGHT`]), `order` (1 000 waiters at 500/s) or `cpu` (one waiter's CPU at short waits).
 fn probe(only: &str) {
     let length = run_length();
     if only == "blocking" {
         return blocking();
+    }
+    if only == "cpu" {
+        return wait_cpu();
     }
     // `WAITS_LIMITER=i`: limiter `i` of `NAMES` alone (for a profile).
     let alone: Option<usize> = std::env::var("WAITS_LIMITER")
@@ -555,10 +524,11 @@ fn probe(only: &str) {
         if alone.is_some_and(|alone| alone != which) {
             continue;
         }
-        if only == "tight" {
-            let run = many_tasks(which, TIGHT, 64, length);
+        if only == "tight" || only == "binding" {
+            let limit = if only == "tight" { TIGHT } else { BINDING };
+            let run = many_tasks(which, limit, 64, length);
             let seconds = run.elapsed.as_secs_f64();
-            let cap = TIGHT.burst as f64 + TIGHT.per_second as f64 * seconds;
+            let cap = limit.burst as f64 + limit.per_second as f64 * seconds;
             println!(
                 "{name}: {:.1} % of the cap, {:.2} cores",
                 run.grants as f64 / cap * 100.0,
@@ -585,8 +555,43 @@ const ORDER: Limit = Limit {
     burst: 1,
 };
 
+/// What one waiter's waits cost in CPU at waits of 1 ms, 100 µs and 10 µs (one token at a
+/// time, a burst of one, so every take but the first waits a token's time): the rate it gets
+/// and the share of a core the whole process used, tokio's workers and timers included.
+fn wait_cpu() {
+    let length = run_length() * 2;
+    println!("\nOne waiter, burst 1, {length:?} a run: grants/s (share of a core)\n");
+    println!("| limiter | 1 000/s (1 ms waits) | 10 000/s (100 µs) | 100 000/s (10 µs) |");
+    println!("|---|---|---|---|");
+    for (which, name) in NAMES.iter().enumerate().take(4) {
+        let cells: Vec<String> = [1_000u64, 10_000, 100_000]
+            .into_iter()
+            .map(|per_second| {
+                let limit = Limit {
+                    per_second,
+                    burst: 1,
+                };
+                let run = many_tasks(which, limit, 1, length);
+                let seconds = run.elapsed.as_secs_f64();
+                format!(
+                    "{:.0}/s ({:.0} %)",
+                    run.grants as f64 / seconds,
+                    run.cpu.as_secs_f64() / seconds * 100.0
+                )
+            })
+            .collect();
+        println!("| {name} | {} |", cells.join(" | "));
+    }
+}
+
 /// Runs of each real-time figure.
 const RUNS: usize = 3;
+
+/// A cap that binds 64 tasks, each grant's wait on a timer.
+const BINDING: Limit = Limit {
+    per_second: 1_000_000,
+    burst: 1_000,
+};
 
 /// A cap that binds 64 tasks taking one token at a time.
 const TIGHT: Limit = Limit {
@@ -705,7 +710,7 @@ fn blocking() {
 const FREE_ROUNDS: usize = 5;
 
 fn main() {
-    // `WAITS_ONLY=blocking` (or `tight`, `order`): that real-time figure alone, for a probe.
+    // `WAITS_ONLY=blocking` (or `tight`, `order`, `cpu`): that real-time figure alone.
     if let Ok(only) = std::env::var("WAITS_ONLY") {
         probe(&only);
         return;

@@ -73,8 +73,15 @@ pub(crate) fn acquire_blocking<G: ReserveNow, B: Lined, const N: usize>(
         wait_blocking(waiter, |ahead| gate.reserve_ahead(cost, ahead))?;
     let guard = CancelOnDrop::new(gate, taken);
     let waited = waited + due_in;
-    if !due_in.is_zero() {
-        thread::sleep(due_in);
+    // Parked rather than asleep, so that a caller held up behind it can wake it once its
+    // instant has passed.
+    let until = std::time::Instant::now() + due_in;
+    loop {
+        let now = std::time::Instant::now();
+        if now >= until {
+            break;
+        }
+        thread::park_timeout(until - now);
     }
     // Not before the holders ahead of it in line have returned.
     while !waiter.try_release(&waker) {

@@ -89,11 +89,16 @@ struct Entry {
     holding: bool,
     /// A holder back from its sleep, waiting for the holders ahead of it to return.
     releasing: bool,
-    /// Free to return: every holder ahead of it has returned.
-    released: bool,
+    /// A holder's tokens' instant, on the bucket's clock.
+    due_at: u64,
 }
 
 /// The waiters of one bucket, first come first.
+///
+/// Its front is always a live waiter that may not yet return: a waiter that gives up is swept
+/// once it reaches the front, and a holder freed to return is taken out there and then (its
+/// waiter finds its place gone). Holders come before every waiter still waiting for tokens,
+/// since only the first of those takes.
 #[derive(Debug)]
 struct Line {
     /// The bucket's address.
@@ -102,48 +107,74 @@ struct Line {
     next_id: u64,
     /// Units of tokens that the waiters still in the line will take.
     queued_units: u64,
+    /// Waiters in the line still waiting for tokens (not holders, not given up).
+    waiting: usize,
 }
 
 impl Line {
-    fn new(key: usize) -> Self {
+    /// A line whose places are numbered from `first_id`: never a number a waiter of an earlier
+    /// line of the same bucket may still hold.
+    fn new(key: usize, first_id: u64) -> Self {
         Line {
             key,
             entries: VecDeque::new(),
-            next_id: 0,
+            next_id: first_id,
             queued_units: 0,
+            waiting: 0,
         }
     }
 
-    /// The waiter that takes next: the first one still waiting for tokens. Holders (a prefix
-    /// of the line: only this head takes) are behind it in nothing.
+    /// The waiter that takes next: the first one still waiting for tokens.
     fn head(&self) -> Option<&Entry> {
+        if self.waiting == 0 {
+            return None;
+        }
         self.entries.iter().find(|e| !e.gone && !e.holding)
     }
 
     fn head_mut(&mut self) -> Option<&mut Entry> {
+        if self.waiting == 0 {
+            return None;
+        }
         self.entries.iter_mut().find(|e| !e.gone && !e.holding)
     }
 
-    /// Whether every waiter ahead of `id` has returned, or been freed to.
+    /// Whether the waiter `id` may return: nobody is ahead of it (or it was freed already).
     fn free_to_return(&self, id: u64) -> bool {
-        self.entries
-            .iter()
-            .take_while(|e| e.id < id)
-            .all(|e| e.gone || e.released)
+        self.entries.front().map_or(true, |front| front.id >= id)
     }
 
-    /// Frees the holders back from their sleep that no holder still asleep is ahead of, in line
-    /// order, and collects their wakers.
-    fn free_returns(&mut self, wake: &mut Vec<Waker>) {
-        for entry in &mut self.entries {
-            if entry.gone || entry.released {
-                continue;
+    /// Wakes the holder at the front if it is ahead of `id` and still asleep past its tokens'
+    /// instant (`now` or before), so that it returns at once rather than when its timer wakes
+    /// it late, and those behind it are not held up by the timer's lateness.
+    fn wake_late(&mut self, id: u64, now: u64, wake: &mut Vec<Waker>) {
+        if let Some(front) = self.entries.front_mut() {
+            let late = (now.wrapping_sub(front.due_at) as i64) >= 0;
+            if front.id < id && front.holding && !front.releasing && late {
+                wake.extend(front.waker.take());
             }
-            if !(entry.holding && entry.releasing) {
+        }
+    }
+
+    /// Frees the holders at the front back from their sleep, in line order, taking them out
+    /// and collecting their wakers; then wakes the new front if it is a holder asleep past its
+    /// instant.
+    fn free_returns(&mut self, now: u64, wake: &mut Vec<Waker>) {
+        while let Some(front) = self.entries.front_mut() {
+            if !(front.holding && front.releasing) {
                 break;
             }
-            entry.released = true;
-            wake.extend(entry.waker.take());
+            wake.extend(front.waker.take());
+            self.entries.pop_front();
+            self.sweep();
+        }
+        self.wake_late(u64::MAX, now, wake);
+    }
+
+    /// Takes the given-up waiters off the front.
+    fn sweep(&mut self) {
+        while self.entries.front().is_some_and(|e| e.gone) {
+            self.entries.pop_front();
         }
     }
 
@@ -159,20 +190,34 @@ impl Line {
             if !entry.gone {
                 entry.gone = true;
                 entry.waker = None;
-                let units = entry.units;
+                let (units, holding) = (entry.units, entry.holding);
                 self.queued_units = self.queued_units.saturating_sub(units);
+                if !holding {
+                    self.waiting = self.waiting.saturating_sub(1);
+                }
             }
         }
-        // Sweep the front, so that the head is always a live waiter.
-        while self.entries.front().is_some_and(|e| e.gone) {
-            self.entries.pop_front();
-        }
+        self.sweep();
         was_head
     }
 }
 
-/// The lines of the buckets whose address falls in one shard.
-type Shard = Vec<Line>;
+/// The lines of the buckets whose address falls in one shard, and the first place number a
+/// new line takes: above every number a closed line gave out, so that a waiter whose place
+/// was taken out of a line never finds another's under its number.
+struct Shard {
+    lines: Vec<Line>,
+    next_id: u64,
+}
+
+impl Shard {
+    const fn new() -> Self {
+        Shard {
+            lines: Vec::new(),
+            next_id: 0,
+        }
+    }
+}
 
 /// Every bucket's line, spread over [`SHARDS`] locks.
 struct Registry {
@@ -194,7 +239,7 @@ struct Counts {
 
 #[cfg(not(loom))]
 static REGISTRY: Registry = Registry {
-    shards: [const { Mutex::new(Vec::new()) }; SHARDS],
+    shards: [const { Mutex::new(Shard::new()) }; SHARDS],
     counts: Counts {
         all: AtomicU32::new(0),
         lines: [const { AtomicU32::new(0) }; SHARDS],
@@ -209,7 +254,7 @@ fn registry() -> &'static Registry {
 #[cfg(loom)]
 crate::engine::sync::lazy_static! {
     static ref REGISTRY: Registry = Registry {
-        shards: core::array::from_fn(|_| Mutex::new(Vec::new())),
+        shards: core::array::from_fn(|_| Mutex::new(Shard::new())),
         counts: Counts {
             all: AtomicU32::new(0),
             lines: core::array::from_fn(|_| AtomicU32::new(0)),
@@ -289,30 +334,35 @@ impl<const N: usize> Locked<N> {
     }
 
     fn line(&mut self, key: usize) -> Option<&mut Line> {
-        self.shard(key)?.iter_mut().find(|line| line.key == key)
+        self.shard(key)?
+            .lines
+            .iter_mut()
+            .find(|line| line.key == key)
     }
 
     fn line_or_new(&mut self, key: usize) -> Option<&mut Line> {
         let shard = self.shard(key)?;
-        let at = match shard.iter().position(|line| line.key == key) {
+        let at = match shard.lines.iter().position(|line| line.key == key) {
             Some(at) => at,
             None => {
-                shard.push(Line::new(key));
-                opened(key, shard.len());
-                shard.len() - 1
+                shard.lines.push(Line::new(key, shard.next_id));
+                opened(key, shard.lines.len());
+                shard.lines.len() - 1
             }
         };
-        shard.get_mut(at)
+        shard.lines.get_mut(at)
     }
 
     fn drop_if_empty(&mut self, key: usize) {
         if let Some(shard) = self.shard(key) {
             if let Some(at) = shard
+                .lines
                 .iter()
                 .position(|line| line.key == key && line.entries.is_empty())
             {
-                shard.swap_remove(at);
-                closed(key, shard.len());
+                let line = shard.lines.swap_remove(at);
+                shard.next_id = shard.next_id.max(line.next_id);
+                closed(key, shard.lines.len());
             }
         }
     }
@@ -598,7 +648,7 @@ impl<'a, B: Lined, const N: usize> Waiter<'a, B, N> {
                             locked.line(key).map_or(true, |l| l.free_to_return(id))
                         });
                     if taken.due_in() > self.spun || behind {
-                        self.hold(&mut locked, &ids, now);
+                        self.hold(&mut locked, &ids, now, taken.due_in());
                     } else {
                         self.leave(&mut locked, now);
                     }
@@ -670,7 +720,7 @@ impl<'a, B: Lined, const N: usize> Waiter<'a, B, N> {
                     // Taken ahead, or behind holders: it holds a place until it may return.
                     if taken.due_in() > self.spun || holders {
                         let ids = self.enter(locked, None, waker);
-                        self.hold(locked, &ids, now);
+                        self.hold(locked, &ids, now, taken.due_in());
                     }
                     return Step::Done(Ok((taken, Duration::ZERO)));
                 }
@@ -724,6 +774,7 @@ impl<'a, B: Lined, const N: usize> Waiter<'a, B, N> {
             }
             ids[i] = line.next_id;
             line.next_id += 1;
+            line.waiting += 1;
             line.entries.push_back(Entry {
                 id: ids[i],
                 units,
@@ -732,7 +783,7 @@ impl<'a, B: Lined, const N: usize> Waiter<'a, B, N> {
                 timer_at,
                 holding: false,
                 releasing: false,
-                released: false,
+                due_at: 0,
             });
         }
         self.ids = Some(ids);
@@ -742,20 +793,28 @@ impl<'a, B: Lined, const N: usize> Waiter<'a, B, N> {
     /// Served, it holds its place in every line until it may return: its units are no longer
     /// queued (the bucket holds its take), and the waiter behind it, the new head, is handed
     /// the turn.
-    fn hold(&mut self, locked: &mut Locked<N>, ids: &[u64; N], now: u64) {
+    fn hold(&mut self, locked: &mut Locked<N>, ids: &[u64; N], now: u64, due_in: Duration) {
+        let due_at = now.wrapping_add(duration_to_ticks_ceil::<B::Clock>(due_in));
         for (i, (&key, &id)) in self.keys.iter().zip(ids).enumerate() {
             let Some(line) = locked.line(key) else {
                 continue;
             };
-            let mut units = 0;
+            let (mut units, mut was_waiting) = (0, false);
             if let Some(entry) = line.find(id) {
                 units = core::mem::take(&mut entry.units);
+                was_waiting = !entry.holding && !entry.gone;
                 entry.timer_at = None;
                 entry.holding = true;
+                entry.due_at = due_at;
             }
             line.queued_units = line.queued_units.saturating_sub(units);
-            let next = hand_on(line, self.buckets[i], now);
-            locked.wake.extend(next);
+            if was_waiting {
+                line.waiting = line.waiting.saturating_sub(1);
+            }
+            let mut woken = Vec::new();
+            woken.extend(hand_on(line, self.buckets[i], now));
+            line.wake_late(id, now, &mut woken);
+            locked.wake.append(&mut woken);
         }
         self.timer_at = None;
     }
@@ -779,7 +838,14 @@ impl<'a, B: Lined, const N: usize> Waiter<'a, B, N> {
             self.leave(&mut locked, now);
             return true;
         }
+        let now = self.now();
         for (&key, &id) in self.keys.iter().zip(&ids) {
+            let Some(line) = locked.line(key) else {
+                continue;
+            };
+            let mut woken = Vec::new();
+            line.wake_late(id, now, &mut woken);
+            locked.wake.append(&mut woken);
             if let Some(entry) = locked.line(key).and_then(|l| l.find(id)) {
                 entry.releasing = true;
                 match &entry.waker {
@@ -818,7 +884,7 @@ impl<'a, B: Lined, const N: usize> Waiter<'a, B, N> {
             if line.leave(id) {
                 woken.extend(hand_on(line, self.buckets[i], now));
             }
-            line.free_returns(&mut woken);
+            line.free_returns(now, &mut woken);
             locked.wake.append(&mut woken);
             locked.drop_if_empty(key);
         }

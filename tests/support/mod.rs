@@ -10,6 +10,7 @@
 use std::time::Duration;
 
 pub mod counter;
+pub mod floor;
 
 /// `millis` milliseconds.
 pub fn ms(millis: u64) -> Duration {

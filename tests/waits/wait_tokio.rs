@@ -3,6 +3,7 @@
 
 #[path = "../support/mod.rs"]
 mod support;
+use support::floor::sleeper_floor;
 use support::{ms, on_two_workers};
 
 use std::future::Future;
@@ -543,29 +544,6 @@ fn one_waiter_at_a_thousand_per_second_with_a_burst_of_one_gets_the_rate_without
             "{best:.1}/s against the host's floor of {floor:.1}/s"
         );
     });
-}
-
-/// Grants per second of a thread that sleeps to each instant of a `per_second` schedule and
-/// keeps it unless it wakes more than one period late, as a waiter that takes ahead keeps the
-/// bucket's: what this host's wake-ups cost any waiter at a burst of one.
-fn sleeper_floor(per_second: u64, length: Duration) -> f64 {
-    let period = Duration::from_nanos(1_000_000_000 / per_second);
-    let start = std::time::Instant::now();
-    let (mut instant, mut grants) = (start, 0u64);
-    while instant < start + length {
-        let now = std::time::Instant::now();
-        if instant > now {
-            std::thread::sleep(instant - now);
-        }
-        let now = std::time::Instant::now();
-        grants += 1;
-        instant = if now - instant > period {
-            now
-        } else {
-            instant + period
-        };
-    }
-    grants as f64 / start.elapsed().as_secs_f64()
 }
 
 /// Arrivals and services, numbered in the order they happen on one thread.
