@@ -98,20 +98,21 @@ impl Line {
     /// Whether the waiter at `index` has no waiter of its limit ahead of it that still waits
     /// for tokens (holders ahead of it have theirs).
     pub(crate) fn heads(&self, index: usize) -> bool {
-        let me = &self.places[slot(index)];
-        !self
-            .places
-            .iter()
-            .any(|p| p.key == me.key && !p.holding && earlier(p.ticket, me.ticket))
+        !self.anyone_ahead(index, true)
     }
 
     /// Whether the waiter at `index` may return: nobody of its limit is ahead of it.
     pub(crate) fn free_to_return(&self, index: usize) -> bool {
+        !self.anyone_ahead(index, false)
+    }
+
+    /// Whether a waiter of the same limit is ahead of the one at `index`; `waiting`: among the
+    /// waiters still waiting for tokens only.
+    fn anyone_ahead(&self, index: usize, waiting: bool) -> bool {
         let me = &self.places[slot(index)];
-        !self
-            .places
+        self.places
             .iter()
-            .any(|p| p.key == me.key && earlier(p.ticket, me.ticket))
+            .any(|p| p.key == me.key && !(waiting && p.holding) && earlier(p.ticket, me.ticket))
     }
 
     /// Whether anyone in `key`'s line still waits for tokens.

@@ -795,6 +795,7 @@ impl<'a, B: Lined, const N: usize> Waiter<'a, B, N> {
     /// the turn.
     fn hold(&mut self, locked: &mut Locked<N>, ids: &[u64; N], now: u64, due_in: Duration) {
         let due_at = now.wrapping_add(duration_to_ticks_ceil::<B::Clock>(due_in));
+        let mut woken = Vec::new();
         for (i, (&key, &id)) in self.keys.iter().zip(ids).enumerate() {
             let Some(line) = locked.line(key) else {
                 continue;
@@ -811,11 +812,10 @@ impl<'a, B: Lined, const N: usize> Waiter<'a, B, N> {
             if was_waiting {
                 line.waiting = line.waiting.saturating_sub(1);
             }
-            let mut woken = Vec::new();
             woken.extend(hand_on(line, self.buckets[i], now));
             line.wake_late(id, now, &mut woken);
-            locked.wake.append(&mut woken);
         }
+        locked.wake.append(&mut woken);
         self.timer_at = None;
     }
 
@@ -833,20 +833,18 @@ impl<'a, B: Lined, const N: usize> Waiter<'a, B, N> {
             .iter()
             .zip(&ids)
             .all(|(&key, &id)| locked.line(key).map_or(true, |l| l.free_to_return(id)));
+        let now = self.now();
         if free {
-            let now = self.now();
             self.leave(&mut locked, now);
             return true;
         }
-        let now = self.now();
+        let mut woken = Vec::new();
         for (&key, &id) in self.keys.iter().zip(&ids) {
             let Some(line) = locked.line(key) else {
                 continue;
             };
-            let mut woken = Vec::new();
             line.wake_late(id, now, &mut woken);
-            locked.wake.append(&mut woken);
-            if let Some(entry) = locked.line(key).and_then(|l| l.find(id)) {
+            if let Some(entry) = line.find(id) {
                 entry.releasing = true;
                 match &entry.waker {
                     Some(known) if known.will_wake(waker) => {}
@@ -854,6 +852,7 @@ impl<'a, B: Lined, const N: usize> Waiter<'a, B, N> {
                 }
             }
         }
+        locked.wake.append(&mut woken);
         false
     }
 
@@ -875,19 +874,19 @@ impl<'a, B: Lined, const N: usize> Waiter<'a, B, N> {
         let Some(ids) = self.ids.take() else {
             return;
         };
+        let mut woken = Vec::new();
         for (i, &id) in ids.iter().enumerate() {
             let key = self.keys[i];
             let Some(line) = locked.line(key) else {
                 continue;
             };
-            let mut woken = Vec::new();
             if line.leave(id) {
                 woken.extend(hand_on(line, self.buckets[i], now));
             }
             line.free_returns(now, &mut woken);
-            locked.wake.append(&mut woken);
             locked.drop_if_empty(key);
         }
+        locked.wake.append(&mut woken);
     }
 
     /// How long until the tokens of everyone ahead and its own would be there.

@@ -50,22 +50,6 @@ fn use_precise(early_ticks: u64) -> bool {
     early_ticks > 0 && !time_is_paused() && precise::available()
 }
 
-/// Whether a wait sleeps its last stretch on the precise timer ([`use_precise`]): decided at
-/// its first sleep, and only then, since the decision reads clocks that a wait which never
-/// sleeps need not read.
-#[derive(Clone, Copy)]
-struct Precise {
-    decided: Option<bool>,
-    early_ticks: u64,
-}
-
-impl Precise {
-    fn get(&mut self) -> bool {
-        let early_ticks = self.early_ticks;
-        *self.decided.get_or_insert_with(|| use_precise(early_ticks))
-    }
-}
-
 /// The longest take held ahead that a wait on the precise timer spins through, yielding to
 /// the runtime until its instant, rather than sleeping: well under the timer thread's own
 /// lateness (the kernel's timer slack), so that such a caller is back at its instant, and its
@@ -74,13 +58,12 @@ impl Precise {
 /// before it to return.
 const SPUN: Duration = Duration::from_micros(20);
 
-/// Sleeps `duration` of real time, on the precise timer if `precise` says so and tokio's
-/// otherwise.
-async fn sleep_for(duration: Duration, mut precise: Precise) {
+/// Sleeps `duration` of real time, on the precise timer if `precise` and tokio's otherwise.
+async fn sleep_for(duration: Duration, precise: bool) {
     if duration.is_zero() {
         return;
     }
-    if precise.get() {
+    if precise {
         let at = std::time::Instant::now() + duration;
         if duration <= SPUN {
             poll_fn(|cx| {
@@ -124,19 +107,15 @@ enum Timer {
 async fn wait_async<'a, B: Lined, const N: usize, T: Held>(
     waiter: Waiter<'a, B, N>,
     mut take: impl FnMut(Duration) -> Result<T, Denied>,
-) -> Result<(T, Duration, Precise, Waiter<'a, B, N>), Denied> {
+) -> Result<(T, Duration, bool, Waiter<'a, B, N>), Denied> {
     let waiter = waiter.early(timer_lateness::<B::Clock>());
     let early = waiter.early_ticks();
-    let mut precise = Precise {
-        decided: None,
-        early_ticks: early,
-    };
-    // Only a wait that takes ahead has a take to spin through, and only on the precise timer.
-    let spun = if early > 0 && precise.get() {
-        SPUN
-    } else {
-        Duration::ZERO
-    };
+    // Decided before the first look: it sets which takes ahead keep a place in line. Only a
+    // wait that takes ahead has a take to spin through, and only on the precise timer. Reading
+    // it costs nothing on a multi-thread runtime, and on a current-thread one no other caller
+    // can join meanwhile.
+    let precise = use_precise(early);
+    let spun = if precise { SPUN } else { Duration::ZERO };
     let mut waiter = Some(waiter.spun(spun));
     let mut timer: Option<Timer> = None;
     poll_fn(move |cx| loop {
@@ -154,7 +133,7 @@ async fn wait_async<'a, B: Lined, const N: usize, T: Held>(
             Step::Sleep(Some(look)) => look,
         };
         // The stretch slept on the precise timer: as long as tokio's timer may be late.
-        let span = if precise.get() { early } else { 0 };
+        let span = if precise { early } else { 0 };
         let ticks = match plan(look, lined.now(), early) {
             Plan::Again => continue,
             Plan::Sleep(ticks) => ticks,

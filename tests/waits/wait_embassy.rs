@@ -68,16 +68,8 @@ impl<'a> Executor<'a> {
     fn run(&mut self) {
         loop {
             let mut polled = false;
-            for (task, flag, polls) in &mut self.tasks {
-                if task.is_some() && flag.0.swap(false, Ordering::SeqCst) {
-                    polled = true;
-                    *polls += 1;
-                    let waker = Waker::from(flag.clone());
-                    let mut cx = Context::from_waker(&waker);
-                    if task.as_mut().unwrap().as_mut().poll(&mut cx).is_ready() {
-                        *task = None;
-                    }
-                }
+            for i in 0..self.tasks.len() {
+                polled |= self.poll_woken(i);
             }
             if !polled {
                 return;
@@ -86,15 +78,21 @@ impl<'a> Executor<'a> {
     }
     /// Polls task `i` alone, if it is woken: an executor owes woken tasks no order.
     fn run_one(&mut self, i: usize) {
+        self.poll_woken(i);
+    }
+    /// Polls task `i` if it is woken; whether it was.
+    fn poll_woken(&mut self, i: usize) -> bool {
         let (task, flag, polls) = &mut self.tasks[i];
-        if task.is_some() && flag.0.swap(false, Ordering::SeqCst) {
-            *polls += 1;
-            let waker = Waker::from(flag.clone());
-            let mut cx = Context::from_waker(&waker);
-            if task.as_mut().unwrap().as_mut().poll(&mut cx).is_ready() {
-                *task = None;
-            }
+        if task.is_none() || !flag.0.swap(false, Ordering::SeqCst) {
+            return false;
         }
+        *polls += 1;
+        let waker = Waker::from(flag.clone());
+        let mut cx = Context::from_waker(&waker);
+        if task.as_mut().unwrap().as_mut().poll(&mut cx).is_ready() {
+            *task = None;
+        }
+        true
     }
     fn polls(&self, i: usize) -> usize {
         self.tasks[i].2
