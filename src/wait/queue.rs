@@ -91,14 +91,18 @@ struct Entry {
     releasing: bool,
     /// A holder's tokens' instant, on the bucket's clock.
     due_at: u64,
+    /// The waiter has places in other lines too (a wait on several buckets): freed here, it
+    /// may still be held up there, so it leaves every line itself once free in all of them.
+    spans: bool,
 }
 
 /// The waiters of one bucket, first come first.
 ///
 /// Its front is always a live waiter that may not yet return: a waiter that gives up is swept
 /// once it reaches the front, and a holder freed to return is taken out there and then (its
-/// waiter finds its place gone). Holders come before every waiter still waiting for tokens,
-/// since only the first of those takes.
+/// waiter finds its place gone), unless it has places in other lines: it is woken, and leaves
+/// all its lines itself once free in each. Holders come before every waiter still waiting for
+/// tokens, since only the first of those takes.
 #[derive(Debug)]
 struct Line {
     /// The bucket's address.
@@ -158,13 +162,17 @@ impl Line {
 
     /// Frees the holders at the front back from their sleep, in line order, taking them out
     /// and collecting their wakers; then wakes the new front if it is a holder asleep past its
-    /// instant.
+    /// instant. A holder with places in other lines is woken but stays at the front: it may
+    /// still be held up in another line, and nobody behind it here returns before it.
     fn free_returns(&mut self, now: u64, wake: &mut Vec<Waker>) {
         while let Some(front) = self.entries.front_mut() {
             if !(front.holding && front.releasing) {
                 break;
             }
             wake.extend(front.waker.take());
+            if front.spans {
+                break;
+            }
             self.entries.pop_front();
             self.sweep();
         }
@@ -758,6 +766,7 @@ impl<'a, B: Lined, const N: usize> Waiter<'a, B, N> {
     /// Joins the back of every line, its own timer firing at `timer_at`; returns its places.
     fn enter(&mut self, locked: &mut Locked<N>, timer_at: Option<u64>, waker: &Waker) -> [u64; N] {
         let mut ids = [0u64; N];
+        let spans = self.keys.iter().any(|&key| key != self.keys[0]);
         for i in 0..N {
             let (key, units) = (self.keys[i], self.units[i]);
             let Some(line) = locked.line_or_new(key) else {
@@ -784,6 +793,7 @@ impl<'a, B: Lined, const N: usize> Waiter<'a, B, N> {
                 holding: false,
                 releasing: false,
                 due_at: 0,
+                spans,
             });
         }
         self.ids = Some(ids);

@@ -496,6 +496,57 @@ async fn the_waiter_behind_a_dropped_take_ahead_on_limits_is_served_at_its_turn(
     assert_eq!((a.available(), b.available()), (0, 0));
 }
 
+/// A wait on two buckets (`Limits`) served behind holders keeps its place in both lines until it
+/// may return from both: at the front of one line while still behind a holder in the other, it
+/// is not overtaken in the first by a one-bucket waiter that arrived after it. The holders are
+/// polled by hand, as by an executor too busy to poll them, so that their returns come when the
+/// test says.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_wait_on_two_buckets_held_up_in_one_line_is_not_overtaken_in_the_other() {
+    let a = bucket(Quota::new(Rate::per_second(1_000)).burst(1));
+    let b = bucket(Quota::new(Rate::per_second(1_000)).burst(1));
+    a.try_acquire(1).unwrap();
+    b.try_acquire(1).unwrap();
+    let mut cx = Context::from_waker(Waker::noop());
+    // Each takes its token ahead of its instant (the burst cannot hold the timer's lateness)
+    // and holds its place while it sleeps.
+    let mut holder_a = Box::pin(a.acquire(1));
+    let mut holder_b = Box::pin(b.acquire(1));
+    assert!(holder_a.as_mut().poll(&mut cx).is_pending());
+    assert!(holder_b.as_mut().poll(&mut cx).is_pending());
+    let returned = Arc::new(Mutex::new(Vec::new()));
+    let both = {
+        let (a, b, returned) = (a.clone(), b.clone(), returned.clone());
+        tokio::spawn(async move {
+            tollgate::Limits::new([&*a, &*b])
+                .acquire([1, 1])
+                .await
+                .unwrap();
+            returned.lock().unwrap().push("both");
+        })
+    };
+    tokio::task::yield_now().await;
+    let a_alone = {
+        let (a, returned) = (a.clone(), returned.clone());
+        tokio::spawn(async move {
+            a.acquire(1).await.unwrap();
+            returned.lock().unwrap().push("a alone");
+        })
+    };
+    // Both served and back from their sleeps, held up behind the holders.
+    sleep(ms(10)).await;
+    assert!(returned.lock().unwrap().is_empty());
+    // The holder in `a` returns: the wait on both is at the front of `a`'s line, still behind
+    // the holder in `b`.
+    assert!(holder_a.as_mut().poll(&mut cx).is_ready());
+    sleep(ms(10)).await;
+    assert_eq!(*returned.lock().unwrap(), Vec::<&str>::new());
+    assert!(holder_b.as_mut().poll(&mut cx).is_ready());
+    both.await.unwrap();
+    a_alone.await.unwrap();
+    assert_eq!(*returned.lock().unwrap(), ["both", "a alone"]);
+}
+
 /// Real time: one task at 1 000/s with a burst of one gets the rate, and waits on the timer
 /// rather than spinning: each grant takes a poll or two and at most one wake-up, however
 /// late the timer wakes.
