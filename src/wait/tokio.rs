@@ -116,25 +116,17 @@ async fn wait_async<'a, B: Lined, const N: usize, T: Held>(
     // can join meanwhile.
     let precise = use_precise(early);
     let spun = if precise { SPUN } else { Duration::ZERO };
-    let mut waiter = Some(waiter.spun(spun));
+    let mut waiter = waiter.spun(spun);
     let mut timer: Option<Timer> = None;
-    poll_fn(move |cx| loop {
-        // Always a waiter here: it is taken only by the poll that completes the future.
-        let Some(lined) = waiter.as_mut() else {
-            return Poll::Pending;
-        };
-        let look = match lined.step(cx.waker(), &mut take) {
-            Step::Done(Err(refused)) => return Poll::Ready(Err(refused)),
-            Step::Done(Ok((taken, waited))) => match waiter.take() {
-                Some(waiter) => return Poll::Ready(Ok((taken, waited, precise, waiter))),
-                None => return Poll::Pending,
-            },
+    let (taken, waited) = poll_fn(|cx| loop {
+        let look = match waiter.step(cx.waker(), &mut take) {
+            Step::Done(done) => return Poll::Ready(done),
             Step::Sleep(None) => return Poll::Pending,
             Step::Sleep(Some(look)) => look,
         };
         // The stretch slept on the precise timer: as long as tokio's timer may be late.
         let span = if precise { early } else { 0 };
-        let ticks = match plan(look, lined.now(), early) {
+        let ticks = match plan(look, waiter.now(), early) {
             Plan::Again => continue,
             Plan::Sleep(ticks) => ticks,
         };
@@ -170,7 +162,8 @@ async fn wait_async<'a, B: Lined, const N: usize, T: Held>(
             }
         }
     })
-    .await
+    .await?;
+    Ok((taken, waited, precise, waiter))
 }
 
 /// Resolves once the caller of a served wait may return: at once unless `waiter` holds its
