@@ -507,7 +507,8 @@ fn real_time() {
 }
 
 /// One real-time figure alone, every limiter once: `blocking`, `binding` and `tight` (64
-/// tasks at [`BINDING`], [`TIGHT`]), `order` (1 000 waiters at 500/s) or `cpu` (one waiter's CPU at short waits).
+/// tasks at [`BINDING`], [`TIGHT`]), `order` (1 000 waiters at 500/s) or `cpu` (one waiter's
+/// CPU at short waits).
 fn probe(only: &str) {
     let length = run_length();
     if only == "blocking" {
