@@ -164,3 +164,124 @@ impl<C: Clock, W: Word> TokenBucket<C, W> {
         acquire_one_blocking(self, n, timeout)
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Instant;
+    use std::vec::Vec;
+
+    use super::super::queue::in_line;
+    use crate::{Quota, Rate, StdClock, TokenBucket};
+
+    use super::*;
+
+    fn ms(millis: u64) -> Duration {
+        Duration::from_millis(millis)
+    }
+
+    /// Spins (yielding) until `arrived` holds; `false` if it has not within five seconds.
+    fn until(arrived: impl Fn() -> bool) -> bool {
+        let start = Instant::now();
+        while !arrived() {
+            if start.elapsed() > Duration::from_secs(5) {
+                return false;
+            }
+            thread::yield_now();
+        }
+        true
+    }
+
+    /// 100/s, burst 10, empty: a thread asks for 10 (due at 100 ms), and once it is in line a
+    /// second asks for 1, which the bucket would hold from 10 ms on. The second is served after
+    /// the first, at 110 ms, and the first is not held back by it. Both figures are the waits'
+    /// own (to their tokens' instants, from the caller's arrival), so a thread descheduled
+    /// after it returns cannot move them. A run whose second thread arrived too late to be
+    /// behind the first is run again.
+    #[test]
+    fn a_thread_asking_for_one_token_never_overtakes_one_asking_for_ten_ahead_of_it() {
+        for _ in 0..3 {
+            let bucket = TokenBucket::try_new(
+                Quota::new(Rate::per_second(100)).burst(10).start_empty(),
+                StdClock,
+            )
+            .unwrap();
+            let start = Instant::now();
+            let (big, small) = thread::scope(|scope| {
+                let big = scope.spawn(|| start.elapsed() + bucket.acquire_blocking(10).unwrap());
+                assert!(
+                    until(|| in_line(&bucket) == 1),
+                    "the first never joined the line"
+                );
+                let small = scope.spawn(|| {
+                    let arrival = start.elapsed();
+                    (arrival, bucket.acquire_blocking(1).unwrap())
+                });
+                (big.join().unwrap(), small.join().unwrap())
+            });
+            let (arrival, small) = small;
+            if arrival > ms(60) {
+                continue;
+            }
+            // The first's tokens: 100 ms of accrual from the bucket's start, shown early only
+            // by a scheduling delay between the two readings (see the test below). The
+            // second's: 10 ms after the first's, where overtaking would serve it at about
+            // 10 ms and the first 10 ms later.
+            assert!(big >= ms(90), "first served at {big:?}");
+            let small_at = arrival + small;
+            assert!(
+                small_at > big,
+                "second served at {small_at:?}, first at {big:?}"
+            );
+            return;
+        }
+        panic!("the second thread never arrived within 60 ms of the first");
+    }
+
+    /// 100/s, burst 1, empty: ten threads, each asking once the one before is in line (or has
+    /// returned). A burst of one cannot hold a late wake-up, so each head takes ahead of its
+    /// instant and holds its place while it sleeps to it: the threads are served in the order
+    /// they arrived.
+    #[test]
+    fn threads_arriving_one_after_another_are_served_in_that_order_a_token_apart() {
+        let bucket = TokenBucket::try_new(
+            Quota::new(Rate::per_second(100)).burst(1).start_empty(),
+            StdClock,
+        )
+        .unwrap();
+        let returned = AtomicUsize::new(0);
+        let start = Instant::now();
+        let served: Vec<Duration> = thread::scope(|scope| {
+            let mut threads = Vec::new();
+            for i in 0..10 {
+                threads.push(scope.spawn(|| {
+                    let arrival = start.elapsed();
+                    let waited = bucket.acquire_blocking(1).unwrap();
+                    returned.fetch_add(1, Ordering::SeqCst);
+                    arrival + waited
+                }));
+                // Returns first: a thread leaves the line before it counts itself returned, so
+                // read the other way round, one thread could be counted twice.
+                let arrived = || {
+                    let returned = returned.load(Ordering::SeqCst);
+                    in_line(&bucket) + returned > i
+                };
+                assert!(until(arrived), "thread {i} never arrived");
+            }
+            threads.into_iter().map(|t| t.join().unwrap()).collect()
+        });
+        // Served in arrival order, the tokens 10 ms apart. Each instant is the thread's arrival
+        // plus the wait it was given, which counts from the wait's own first reading of the
+        // clock: a thread descheduled between the two readings shows an instant that much
+        // early. Overtaking shows 10 ms early; only a thread descheduled that long between two
+        // adjacent lines could mask or fake it.
+        for (i, pair) in served.windows(2).enumerate() {
+            assert!(
+                pair[1] > pair[0],
+                "thread {} served before thread {i}: {served:?}",
+                i + 1
+            );
+        }
+        assert!(served[0] >= ms(9), "{served:?}");
+    }
+}

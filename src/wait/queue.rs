@@ -1075,6 +1075,16 @@ pub mod models {
     }
 }
 
+/// Callers in `bucket`'s line, waiting or holding, given-up ones left out: for tests that
+/// place a caller behind another in real time.
+#[cfg(all(test, not(loom)))]
+pub(crate) fn in_line<B: Lined>(bucket: &B) -> usize {
+    let key = key_of(bucket);
+    Locked::<1>::lock(&[key])
+        .line(key)
+        .map_or(0, |line| line.entries.iter().filter(|e| !e.gone).count())
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::{shard_of, SHARDS};
