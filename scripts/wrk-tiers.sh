@@ -12,7 +12,7 @@ port=${PORT:-3917}
 connections=${CONNECTIONS:-8}
 command -v wrk > /dev/null || { echo "wrk is missing: apt-get install -y wrk" >&2; exit 1; }
 
-cargo build --release --example axum_server --features tower
+cargo build --release -p tollgate-tower --example axum_server --features axum
 target/release/examples/axum_server "$port" > /dev/null &
 server=$!
 out=$(mktemp -d)

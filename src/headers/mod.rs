@@ -5,8 +5,8 @@
 //!   `RateLimit-Limit`, `-Remaining`, `-Reset` fields) into a [`Quota`](crate::Quota) or a
 //!   pause. The caller passes the current time where an HTTP date needs one. Malformed input is
 //!   a [`HeaderError`], never a panic.
-//! - **Writing** a refusal's (`respond`, with `std`): `RateLimitHeaders` for a `429` or `503`
-//!   answer, as the tower layer writes them, and [`HumanDuration`], a duration as a person reads it
+//! - **Writing** an answer's (`respond`, with `std`): `RateLimitHeaders` for a `429` or `503`
+//!   answer or one that let the request through, as the tower layer writes them, and [`HumanDuration`], a duration as a person reads it
 //!   (`1.2 s`, `350 ms`) for the answer's body.
 //!
 //! ```

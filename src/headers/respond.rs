@@ -1,5 +1,5 @@
-//! Writing a refusal's headers: `Retry-After` and the IETF `RateLimit` / `RateLimit-Policy`
-//! fields (draft-ietf-httpapi-ratelimit-headers), and durations as people read them.
+//! Writing an answer's headers: `Retry-After` and the IETF `RateLimit` / `RateLimit-Policy`
+//! fields (draft-ietf-httpapi-ratelimit-headers), on a refusal or a request let through.
 
 use core::time::Duration;
 use std::format;
@@ -14,12 +14,13 @@ pub const RATE_LIMIT: &str = "ratelimit";
 /// The `RateLimit-Policy` header's name.
 pub const RATE_LIMIT_POLICY: &str = "ratelimit-policy";
 
-/// Header values for a refused request. Names are [`RETRY_AFTER`], [`RATE_LIMIT`] and
-/// [`RATE_LIMIT_POLICY`]; [`pairs`](Self::pairs) gives them together.
+/// Header values for a refused request, or one let through ([`granted`](Self::granted)). Names
+/// are [`RETRY_AFTER`], [`RATE_LIMIT`] and [`RATE_LIMIT_POLICY`]; [`pairs`](Self::pairs) gives
+/// them together.
 ///
 /// The policy is the bucket's: `q` is the burst and `w` the seconds an empty bucket takes to
 /// fill (a token bucket's window). `r` is the tokens left (0 when refused) and `t` the seconds
-/// until the bucket is full again, both for the client refused; for a new client refused
+/// until the bucket is full again, both for the client answered; for a new client refused
 /// because a keyed limiter is at its capacity (503), `t` and `Retry-After` are the seconds until
 /// it would find room, at least one. All seconds are rounded up: a client that waits this long
 /// is not early.
@@ -54,7 +55,27 @@ impl RateLimitHeaders {
     /// `until_full`, whose request would be granted in `retry_after` (`None`: never, as for a
     /// request above the burst).
     pub fn refusal(quota: &Quota, until_full: Duration, retry_after: Option<Duration>) -> Self {
-        Self::with(quota, retry_after.map(ceil_secs), ceil_secs(until_full))
+        Self::with(quota, retry_after.map(ceil_secs), 0, ceil_secs(until_full))
+    }
+
+    /// The headers of a request let through by a bucket on `quota` that holds `remaining`
+    /// whole tokens after it and is full again in `until_full`: no `Retry-After`, and the
+    /// fields of a refusal with `r` the tokens left, so a client can slow down before it is
+    /// refused.
+    ///
+    /// ```
+    /// use core::time::Duration;
+    /// use tollgate::headers::RateLimitHeaders;
+    /// use tollgate::{Quota, Rate};
+    ///
+    /// let quota = Quota::new(Rate::per_second(2)).burst(5);
+    /// let granted = RateLimitHeaders::granted(&quota, 4, Duration::from_millis(500));
+    /// assert_eq!(granted.retry_after, None);
+    /// assert_eq!(granted.rate_limit, "\"default\";r=4;t=1");
+    /// assert_eq!(granted.rate_limit_policy, "\"default\";q=5;w=3");
+    /// ```
+    pub fn granted(quota: &Quota, remaining: u64, until_full: Duration) -> Self {
+        Self::with(quota, None, remaining, ceil_secs(until_full))
     }
 
     /// The headers refusing a new client of a keyed limiter at its capacity, which will have
@@ -62,10 +83,10 @@ impl RateLimitHeaders {
     /// take again at once.
     pub fn no_room(quota: &Quota, room: Duration) -> Self {
         let wait = ceil_secs(room).max(1);
-        Self::with(quota, Some(wait), wait)
+        Self::with(quota, Some(wait), 0, wait)
     }
 
-    fn with(quota: &Quota, retry_after_secs: Option<u64>, reset_secs: u64) -> Self {
+    fn with(quota: &Quota, retry_after_secs: Option<u64>, remaining: u64, reset_secs: u64) -> Self {
         if quota.is_unlimited() {
             return Self {
                 retry_after: retry_after_secs.map(|secs| format!("{secs}")),
@@ -75,7 +96,7 @@ impl RateLimitHeaders {
         }
         Self {
             retry_after: retry_after_secs.map(|secs| format!("{secs}")),
-            rate_limit: format!("\"default\";r=0;t={reset_secs}"),
+            rate_limit: format!("\"default\";r={remaining};t={reset_secs}"),
             rate_limit_policy: format!(
                 "\"default\";q={};w={}",
                 quota.burst_size(),

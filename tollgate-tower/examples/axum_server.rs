@@ -1,7 +1,8 @@
 //! An HTTP server limited two ways, with no error handling to write: the layer answers
 //! `429 Too Many Requests` itself, with `Retry-After` and the IETF draft's `RateLimit` /
 //! `RateLimit-Policy` headers (and `503 Service Unavailable` with the `Retry-After` of the next
-//! free slot when a limiter is at its capacity and a new client finds no room).
+//! free slot when a limiter is at its capacity and a new client finds no room). A `200` carries
+//! `RateLimit` and `RateLimit-Policy` too, with the tokens its client has left.
 //!
 //! - `/` is limited per client network (an IPv4 address, an IPv6 /64): ten at once, then five
 //!   a second.
@@ -13,7 +14,7 @@
 //!   granted and refused (`tollgate_granted_total`, `tollgate_denied_total`, …).
 //!
 //! ```text
-//! cargo run --example axum_server --features tower,metrics -- 3000
+//! cargo run -p tollgate-tower --example axum_server --features axum -- 3000
 //! curl -i http://127.0.0.1:3000/
 //! curl http://127.0.0.1:3000/metrics  # what the per-network limit granted and refused
 //! curl -i -H 'x-api-key: paid-demo' http://127.0.0.1:3000/api

@@ -4,8 +4,8 @@
 //! error if the polite client kept fewer than 99 % of its grants.
 //!
 //! ```text
-//! cargo run --release --example flood --features tower,metrics        # 3 s per phase
-//! cargo run --release --example flood --features tower,metrics -- 1   # 1 s per phase, for CI
+//! cargo run --release -p tollgate-tower --example flood        # 3 s per phase
+//! cargo run --release -p tollgate-tower --example flood -- 1   # 1 s per phase, for CI
 //! ```
 //!
 //! The polite client asks at half its rate and is there before the flood (two requests). The

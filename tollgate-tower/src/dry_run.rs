@@ -5,7 +5,7 @@ use std::boxed::Box;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use super::{Limit, RateLimited};
+use super::{Level, Limit, RateLimited};
 
 /// A limit in shadow mode, as nginx's `limit_req_dry_run` and Envoy's shadow mode: every
 /// request is checked against the limit it wraps, exactly as an enforcing layer would check
@@ -14,6 +14,9 @@ use super::{Limit, RateLimited};
 ///
 /// A refused check takes nothing from the limit, so the requests a dry run counts are exactly
 /// those the same limit, enforcing, would refuse on the same sequence.
+///
+/// Nor does it show: its answers carry no rate-limit headers (its [`Limit::level`] is `None`),
+/// for a client that reads them would slow down for a limit that is not enforced.
 ///
 /// ```
 /// use std::sync::Arc;
@@ -89,6 +92,10 @@ impl<Req, L: Limit<Req>> Limit<Req> for DryRun<L> {
 impl<Req, L: Limit<Req>> Limit<Req> for Arc<L> {
     fn check(&self, request: &Req) -> Result<(), RateLimited> {
         L::check(self, request)
+    }
+
+    fn level(&self, request: &Req) -> Option<Level> {
+        L::level(self, request)
     }
 }
 

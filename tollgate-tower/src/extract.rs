@@ -17,6 +17,8 @@
 use core::fmt;
 use core::net::{IpAddr, SocketAddr};
 use core::str::FromStr;
+#[cfg(feature = "tracing")]
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use http::header::{HeaderName, FORWARDED};
@@ -28,7 +30,9 @@ use tollgate::IpPrefix;
 /// Why a request has no key: the extractor could not find the client in it. The layers refuse
 /// such a request with `500 Internal Server Error` and this message, rather than let every such
 /// request share one bucket: it is the server's configuration that is wrong, and the first
-/// request says so.
+/// request says so. A missing peer address ([`NoKey::NoPeer`]) is also logged, once per
+/// extractor, through `tracing` (the default feature `tracing`), so the server's log says it
+/// too.
 ///
 /// ```
 /// use tollgate_tower::extract::{NoKey, PeerIp};
@@ -113,7 +117,9 @@ type ReadPeer = Arc<dyn Fn(&Extensions) -> Option<SocketAddr> + Send + Sync>;
 /// The peer's address, grouped by an [`IpPrefix`] (an IPv6 client by its /64 unless told
 /// otherwise): read from the request's extensions, where the server put the connection's
 /// address. A request without it is refused with [`NoKey::NoPeer`], never put in a bucket
-/// shared by all such requests.
+/// shared by all such requests; with the feature `tracing` (on by default) the first such
+/// request is also logged as an error, once for the extractor and its clones, so that a flood
+/// of them does not flood the log.
 ///
 /// [`PeerIp::new`] reads a [`SocketAddr`] extension (as a hyper service inserts it) and, with
 /// the `axum` feature, axum's `ConnectInfo<SocketAddr>`; [`PeerIp::from_extension`] reads any
@@ -136,6 +142,10 @@ pub struct PeerIp {
     prefix: IpPrefix,
     read: ReadPeer,
     looked_for: &'static str,
+    /// Whether a request without a peer address was logged: shared by the clones, which serve
+    /// the same server.
+    #[cfg(feature = "tracing")]
+    logged: Arc<AtomicBool>,
 }
 
 impl PeerIp {
@@ -162,6 +172,8 @@ impl PeerIp {
             prefix,
             read,
             looked_for,
+            #[cfg(feature = "tracing")]
+            logged: Arc::default(),
         }
     }
 
@@ -196,16 +208,40 @@ impl PeerIp {
             prefix,
             read: Arc::new(move |extensions: &Extensions| extensions.get::<T>().map(read)),
             looked_for: core::any::type_name::<T>(),
+            #[cfg(feature = "tracing")]
+            logged: Arc::default(),
         }
     }
 
     fn peer<B>(&self, request: &Request<B>) -> Result<IpAddr, NoKey> {
-        (self.read)(request.extensions())
-            .map(|address| address.ip())
-            .ok_or(NoKey::NoPeer {
-                looked_for: self.looked_for,
-            })
+        match (self.read)(request.extensions()) {
+            Some(address) => Ok(address.ip()),
+            None => {
+                let no_peer = NoKey::NoPeer {
+                    looked_for: self.looked_for,
+                };
+                self.log_once(&no_peer);
+                Err(no_peer)
+            }
+        }
     }
+
+    /// Logs `no_peer` the first time only: every request of a server run without the peer's
+    /// address lacks it, and each is answered `500` with the message anyway.
+    #[cfg(feature = "tracing")]
+    fn log_once(&self, no_peer: &NoKey) {
+        // Relaxed: the flag orders nothing else. The load keeps a flood of such requests off
+        // the read-modify-write, and the swap lets one of racing first requests through.
+        if !self.logged.load(Ordering::Relaxed) && !self.logged.swap(true, Ordering::Relaxed) {
+            tracing::error!(
+                "{no_peer} (every request without it is answered 500; logged once for this key \
+                 extractor)"
+            );
+        }
+    }
+
+    #[cfg(not(feature = "tracing"))]
+    fn log_once(&self, _no_peer: &NoKey) {}
 }
 
 impl Default for PeerIp {

@@ -16,8 +16,9 @@ use pin_project_lite::pin_project;
 use tower_layer::Layer;
 use tower_service::Service;
 
-use super::reject::{Limit, PerKey};
-use super::RateLimited;
+use super::reject::{Level, Limit, PerKey};
+use super::{ceil_secs, RateLimited};
+use tollgate::headers::RateLimitHeaders;
 use tollgate::{KeyedLimiter, Word};
 
 /// Wraps HTTP services in [`Answer`]: a request over the limit gets its answer from the layer,
@@ -25,6 +26,10 @@ use tollgate::{KeyedLimiter, Word};
 /// with the `Retry-After` of the next free slot when a keyed limiter has no room for a new
 /// client), and a plain-text body such as `rate limited: retry after 1.2 s`. The service's
 /// error type stays its own, so an axum `Router` takes the layer as it is.
+///
+/// A request let through gets the same `RateLimit` and `RateLimit-Policy` headers on the inner
+/// service's answer, `r` counting the tokens its bucket has left, so a client can slow down
+/// before it is refused (see [`headers_on_allowed`](Self::headers_on_allowed)).
 ///
 /// ```
 /// use std::sync::Arc;
@@ -45,7 +50,8 @@ use tollgate::{KeyedLimiter, Word};
 /// # Settings
 ///
 /// The answer's policy name ([`policy_name`](Self::policy_name)), headers
-/// ([`headers`](Self::headers)), status for a client over its limit
+/// ([`headers`](Self::headers)), whether an allowed answer carries them
+/// ([`headers_on_allowed`](Self::headers_on_allowed)), status for a client over its limit
 /// ([`status`](Self::status)) and body ([`body`](Self::body)) can be chosen:
 ///
 /// ```
@@ -112,6 +118,49 @@ impl<L> AnswerLayer<L> {
         self
     }
 
+    /// Whether a request let through gets the rate-limit headers too (it does unless told):
+    /// the [`style`](Self::headers)'s fields, as a refusal has them, with the tokens the
+    /// request's bucket has left after it (`RateLimit: "default";r=7;t=1`,
+    /// `X-RateLimit-Remaining: 7`) and no `Retry-After`. The draft's fields are appended to any
+    /// the inner service wrote (they are lists: a stricter limit of a route's own stays
+    /// beside this one); a count style's are left out where the inner service set them.
+    ///
+    /// They are read after the request was granted: one more reading of its bucket (for a
+    /// keyed limit, of the key's), and the key read again. A limit that cannot say its level
+    /// ([`Limit::level`]), an unlimited quota and a [`DryRun`](super::DryRun) (a limit on trial
+    /// changes nothing a client sees) add none. Turn them off when even the tokens left are
+    /// more than clients should know: on one bucket shared by every client, they tell each
+    /// client how busy the server is.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use tollgate_tower::AnswerLayer;
+    /// # use tollgate::{ManualClock, Quota, Rate, TokenBucket};
+    /// use tower::{service_fn, Layer, Service, ServiceExt};
+    ///
+    /// let bucket = Arc::new(TokenBucket::try_new(Quota::new(Rate::per_second(2)).burst(3), ManualClock::new())?);
+    /// let layer = AnswerLayer::new(bucket);
+    /// let mut service = layer.clone().layer(service_fn(|_: http::Request<()>| async {
+    ///     Ok::<_, std::convert::Infallible>(http::Response::new(String::new()))
+    /// }));
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+    /// let allowed = service.ready().await.unwrap().call(http::Request::new(())).await.unwrap();
+    /// assert_eq!(allowed.headers()["ratelimit"], "\"default\";r=2;t=1");
+    /// assert_eq!(allowed.headers()["ratelimit-policy"], "\"default\";q=3;w=2");
+    ///
+    /// let mut quiet = layer.headers_on_allowed(false).layer(service_fn(|_: http::Request<()>| async {
+    ///     Ok::<_, std::convert::Infallible>(http::Response::new(String::new()))
+    /// }));
+    /// let allowed = quiet.ready().await.unwrap().call(http::Request::new(())).await.unwrap();
+    /// assert!(allowed.headers().get("ratelimit").is_none());
+    /// # });
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn headers_on_allowed(mut self, on: bool) -> Self {
+        self.settings().quiet_when_allowed = !on;
+        self
+    }
+
     /// The status of the answer to a client over its limit (`429 Too Many Requests` unless
     /// told). The other refusals keep theirs, for they mean something else: `503` for a new
     /// client a keyed limiter at capacity has no room for, `500` for the server's own error
@@ -158,8 +207,9 @@ impl<L> Clone for AnswerLayer<L> {
     }
 }
 
-/// Which rate-limit headers an [`AnswerLayer`] writes on a refusal. Each style carries
-/// `Retry-After` when a wait would help; a request refused for want of a key (a `500`) gets
+/// Which rate-limit headers an [`AnswerLayer`] writes on a refusal, and on an answer that let
+/// the request through ([`AnswerLayer::headers_on_allowed`]). Each style carries `Retry-After`
+/// on a refusal when a wait would help; a request refused for want of a key (a `500`) gets
 /// none of them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -189,6 +239,8 @@ pub(crate) struct Answering {
     /// The status for a client over its limit; `429` when `None`.
     status: Option<StatusCode>,
     body: Option<Body>,
+    /// Whether allowed answers go without the headers (they carry them by default).
+    quiet_when_allowed: bool,
 }
 
 /// Makes an answer's body from a refusal.
@@ -220,7 +272,12 @@ impl Answering {
             }),
         );
         if refused.no_key().is_none() {
-            for (name, value) in self.pairs(refused) {
+            let counts = Counts {
+                limit: refused.quota().burst_size(),
+                remaining: 0,
+                reset_secs: refused.reset_secs(),
+            };
+            for (name, value) in self.pairs(refused.headers(), counts) {
                 // The values are digits, ASCII punctuation and a name kept to printable ASCII.
                 if let Ok(value) = HeaderValue::from_str(&value) {
                     headers.insert(name, value);
@@ -230,9 +287,40 @@ impl Answering {
         response
     }
 
-    /// The headers of the chosen style for `refused`.
-    fn pairs(&self, refused: &RateLimited) -> impl Iterator<Item = (HeaderName, String)> {
-        let written = refused.headers();
+    /// Whether an allowed answer carries headers at all: the limit's level is read only then.
+    fn tells_allowed(&self) -> bool {
+        !self.quiet_when_allowed && self.style != HeaderStyle::RetryAfter
+    }
+
+    /// Adds to `response`, the inner service's answer to a request let through, the headers
+    /// of the chosen style for its bucket at `level`.
+    fn add_allowed<B>(&self, response: &mut Response<B>, level: &Level) {
+        let written = RateLimitHeaders::granted(&level.quota, level.remaining, level.until_full);
+        let counts = Counts {
+            limit: level.quota.burst_size(),
+            remaining: level.remaining,
+            reset_secs: ceil_secs(level.until_full),
+        };
+        let headers = response.headers_mut();
+        for (name, value) in self.pairs(written, counts) {
+            let Ok(value) = HeaderValue::from_str(&value) else {
+                continue;
+            };
+            if self.style == HeaderStyle::Draft {
+                headers.append(name, value);
+            } else if !headers.contains_key(&name) {
+                headers.insert(name, value);
+            }
+        }
+    }
+
+    /// The headers of the chosen style: the draft's fields as the core wrote them, or the
+    /// counts.
+    fn pairs(
+        &self,
+        written: RateLimitHeaders,
+        counts: Counts,
+    ) -> impl Iterator<Item = (HeaderName, String)> {
         let retry = written
             .retry_after
             .map(|value| (HeaderName::from_static(super::RETRY_AFTER), value));
@@ -241,13 +329,16 @@ impl Answering {
             (Some(name), Some(rest)) => format!("{name}{rest}"),
             _ => value,
         };
-        let limit = refused.quota().burst_size();
-        let reset = refused.reset_secs();
+        let Counts {
+            limit,
+            remaining,
+            reset_secs,
+        } = counts;
         let counts = |prefix: &str| {
             [
                 (format!("{prefix}limit"), format!("{limit}")),
-                (format!("{prefix}remaining"), String::from("0")),
-                (format!("{prefix}reset"), format!("{reset}")),
+                (format!("{prefix}remaining"), format!("{remaining}")),
+                (format!("{prefix}reset"), format!("{reset_secs}")),
             ]
             .map(|(name, value)| (HeaderName::try_from(name).ok(), value))
         };
@@ -270,6 +361,14 @@ impl Answering {
             // An unlimited quota's draft fields are empty: there is no policy to state.
             .filter(|(_, value)| !value.is_empty())
     }
+}
+
+/// What the count styles (`X-RateLimit-*`, `RateLimit-Limit`…) say: the burst, the tokens left,
+/// the seconds until full.
+struct Counts {
+    limit: u64,
+    remaining: u64,
+    reset_secs: u64,
 }
 
 /// `name` as a structured-field string: printable ASCII, `"` and `\` escaped, in quotes.
@@ -331,9 +430,16 @@ where
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         let kind = match self.limit.check(&request) {
-            Ok(()) => Kind::Inner {
-                future: self.inner.call(request),
-            },
+            Ok(()) => {
+                let tell = self.answering.tells_allowed().then(|| {
+                    let level = self.limit.level(&request)?;
+                    Some((level, Arc::clone(&self.answering)))
+                });
+                Kind::Inner {
+                    future: self.inner.call(request),
+                    tell: tell.flatten(),
+                }
+            }
             Err(limited) => Kind::Refused {
                 response: Some(self.answering.response(&limited)),
             },
@@ -353,7 +459,8 @@ pin_project! {
 pin_project! {
     #[project = KindProj]
     enum Kind<F, B> {
-        Inner { #[pin] future: F },
+        // `tell`: the granting bucket's level, for the headers of the inner service's answer.
+        Inner { #[pin] future: F, tell: Option<(Level, Arc<Answering>)> },
         Refused { response: Option<Response<B>> },
     }
 }
@@ -366,7 +473,13 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project().kind.project() {
-            KindProj::Inner { future } => future.poll(cx),
+            KindProj::Inner { future, tell } => {
+                let mut answer = core::task::ready!(future.poll(cx));
+                if let (Ok(response), Some((level, answering))) = (&mut answer, tell.take()) {
+                    answering.add_allowed(response, &level);
+                }
+                Poll::Ready(answer)
+            }
             KindProj::Refused { response } => match response.take() {
                 Some(response) => Poll::Ready(Ok(response)),
                 // Polled after it completed: a contract breach; it stays pending rather than
@@ -406,6 +519,7 @@ impl fmt::Debug for Answering {
             .field("style", &self.style)
             .field("status", &self.status)
             .field("body", &self.body.as_ref().map(|_| "a function"))
+            .field("quiet_when_allowed", &self.quiet_when_allowed)
             .finish()
     }
 }

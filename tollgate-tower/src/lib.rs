@@ -11,7 +11,9 @@
 //!   ready-made ones in [`extract`]); a request whose key an extractor cannot read (no peer
 //!   address) is answered `500` with the reason ([`NoKey`]), never put in a shared bucket. The
 //!   policy's name, the headers (the IETF draft's, `X-RateLimit-*`, `RateLimit-Limit`, or
-//!   `Retry-After` alone), the status and the body are [settings](AnswerLayer#settings).
+//!   `Retry-After` alone), the status and the body are [settings](AnswerLayer#settings). A
+//!   request let through gets the same headers on its answer, with the tokens left
+//!   ([`AnswerLayer::headers_on_allowed`]).
 //! - **Rejection** ([`RejectLayer`]), for any other service: a request over the limit is not
 //!   passed on; the service fails at once with a [`RateLimited`] error, which carries the
 //!   status, headers and body of the answer ([`RateLimited::response`]).
@@ -72,7 +74,7 @@ pub use self::http::{Answer, AnswerLayer, HeaderStyle};
 pub use backpressure::{Backpressure, BackpressureLayer, NotReady};
 pub use dry_run::DryRun;
 pub use extract::NoKey;
-pub use reject::{KeyOf, Limit, PerKey, Reject, RejectLayer};
+pub use reject::{KeyOf, Level, Limit, PerKey, Reject, RejectLayer};
 // Where they were before the headers module wrote them.
 pub use tollgate::headers::{RateLimitHeaders, RATE_LIMIT, RATE_LIMIT_POLICY, RETRY_AFTER};
 
@@ -239,7 +241,7 @@ impl RateLimited {
 }
 
 /// Whole seconds, rounded up.
-fn ceil_secs(duration: Duration) -> u64 {
+pub(crate) fn ceil_secs(duration: Duration) -> u64 {
     duration.as_secs() + u64::from(duration.subsec_nanos() > 0)
 }
 

@@ -11,7 +11,7 @@ use tower_service::Service;
 use super::extract::NoKey;
 use super::{BoxError, RateLimited, ResponseFuture};
 use tollgate::observe::{Counted, Observe};
-use tollgate::{Clock, KeyHasher, KeyedDenied, KeyedLimiter, TokenBucket, Word};
+use tollgate::{Clock, KeyHasher, KeyedDenied, KeyedLimiter, Quota, TokenBucket, Word};
 
 /// A limit that a request either passes, taking one token, or not.
 pub trait Limit<Req> {
@@ -21,12 +21,44 @@ pub trait Limit<Req> {
     // it is not worth a heap allocation per refusal to make the error smaller.
     #[allow(clippy::result_large_err)]
     fn check(&self, request: &Req) -> Result<(), RateLimited>;
+
+    /// The level of the bucket that has just let `request` through, read after
+    /// [`check`](Self::check) granted it: what [`AnswerLayer`](super::AnswerLayer) writes in an
+    /// allowed answer's headers. `None` (what a limit of one's own answers unless it says
+    /// more) leaves those headers out: a limit that has nothing true to say says nothing.
+    fn level(&self, request: &Req) -> Option<Level> {
+        let _ = request;
+        None
+    }
+}
+
+/// A bucket's level after a call, with its quota: what the `RateLimit` headers of an answer
+/// that let a request through say (`r` = `remaining`, `t` = `until_full` in whole seconds
+/// rounded up, the policy from `quota`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Level {
+    /// The quota of the bucket that granted the request.
+    pub quota: Quota,
+    /// Whole tokens left in it; 0 while reservations hold it in debt.
+    pub remaining: u64,
+    /// How long until it is full again if nobody takes from it.
+    pub until_full: Duration,
 }
 
 impl<Req, C: Clock, W: Word> Limit<Req> for TokenBucket<C, W> {
     fn check(&self, _request: &Req) -> Result<(), RateLimited> {
         self.try_acquire(1)
             .map_err(|denied| RateLimited::by_bucket(self, denied))
+    }
+
+    fn level(&self, _request: &Req) -> Option<Level> {
+        // An unlimited bucket has no policy to state (the headers leave it out on a refusal
+        // too).
+        (!self.is_unlimited()).then(|| Level {
+            quota: self.quota(),
+            remaining: self.available(),
+            until_full: self.until_full(),
+        })
     }
 }
 
@@ -89,6 +121,27 @@ where
                 let (quota, until_full) = limiter.quota_and_until_full(&key);
                 RateLimited::refused(denial, quota, until_full)
             }
+        })
+    }
+
+    fn level(&self, request: &Req) -> Option<Level> {
+        let limiter = &self.limiter;
+        if limiter.is_unlimited() {
+            return None;
+        }
+        let key = self.key.key_of(request).ok()?;
+        let (quota, until_full) = limiter.quota_and_until_full(&key);
+        // A key the limiter does not hold reads as full; a key that was just granted is held
+        // (a full bucket is the only one evicted, and it took a token), unless a limiter at its
+        // capacity let it through on the newcomers' shared bucket under `WhenFull::Admit`:
+        // its own bucket would say "full", which is not what granted it.
+        if until_full.is_zero() && limiter.tier(&key).is_none() {
+            return None;
+        }
+        Some(Level {
+            quota,
+            remaining: limiter.available(&key),
+            until_full,
         })
     }
 }
@@ -206,5 +259,9 @@ impl<Req, L: Limit<Req>, O: Observe> Limit<Req> for Counted<L, O> {
             Err(_) => self.observer().denied(1),
         }
         checked
+    }
+
+    fn level(&self, request: &Req) -> Option<Level> {
+        self.inner().level(request)
     }
 }

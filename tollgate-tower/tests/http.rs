@@ -1,9 +1,12 @@
 //! A real HTTP check on loopback: the example server's app, and clients on their own
 //! addresses. A client over its limit gets 429s whose `Retry-After` is right (the next token's
-//! wait rounded up, and waiting that long is enough); a client within its limit gets none.
+//! wait rounded up, and waiting that long is enough); a client within its limit gets none, and
+//! its 200s carry `RateLimit` and `RateLimit-Policy`, `r` counting down the tokens its bucket
+//! has left (one bucket shared by every client, and one per client) until a 429 says `r=0`.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -229,6 +232,80 @@ async fn two_api_keys_get_their_own_tiers_and_refusals_read_as_people_write() {
         let (number, unit) = wait.split_once(' ').unwrap();
         assert!(["ms", "s"].contains(&unit), "{:?}", reply.body);
         assert!(number.parse::<f64>().is_ok(), "{:?}", reply.body);
+    }
+    serving.abort();
+}
+
+/// Three at once, then one a minute: no token comes back while a test runs, so `r` and `t` are
+/// exact whatever the machine's load (`t` is rounded up, and a test takes under a second).
+const SLOW: Quota = Quota::new(Rate::new(1, Duration::from_secs(60))).burst(3);
+
+/// `(status, RateLimit, RateLimit-Policy, Retry-After)` of a reply, as rows to compare.
+fn row(reply: &Reply) -> (u16, Option<&str>, Option<&str>, Option<&str>) {
+    let header = |name: &str| reply.headers.get(name).map(String::as_str);
+    (
+        reply.status,
+        header("ratelimit"),
+        header("ratelimit-policy"),
+        header("retry-after"),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shared_bucket_counts_down_on_every_200_then_refuses() {
+    let bucket = Arc::new(tollgate::TokenBucket::try_new(SLOW, tollgate::StdClock).unwrap());
+    let app = axum::Router::new()
+        .route("/", axum::routing::get(|| async { "hello\n" }))
+        .layer(tollgate_tower::AnswerLayer::new(bucket).policy_name("site"));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let server = listener.local_addr().unwrap();
+    let serving = tokio::spawn(async move { axum::serve(listener, app).await });
+
+    let policy = Some("\"site\";q=3;w=180");
+    // Two clients, one bucket: each 200 says what is left for everyone.
+    let rows = [
+        (
+            [127, 0, 0, 2],
+            (200, Some("\"site\";r=2;t=60"), policy, None),
+        ),
+        (
+            [127, 0, 0, 3],
+            (200, Some("\"site\";r=1;t=120"), policy, None),
+        ),
+        (
+            [127, 0, 0, 2],
+            (200, Some("\"site\";r=0;t=180"), policy, None),
+        ),
+        (
+            [127, 0, 0, 3],
+            (429, Some("\"site\";r=0;t=180"), policy, Some("60")),
+        ),
+    ];
+    for (i, (client, want)) in rows.into_iter().enumerate() {
+        assert_eq!(row(&get(server, client).await), want, "request {i}");
+    }
+    serving.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_client_counts_down_its_own_bucket_on_its_200s() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let server = listener.local_addr().unwrap();
+    let serving = tokio::spawn(axum_server::serve(listener, axum_server::limiter(SLOW)));
+
+    const A: [u8; 4] = [127, 0, 0, 6];
+    const B: [u8; 4] = [127, 0, 0, 7];
+    let policy = Some("\"default\";q=3;w=180");
+    let rows = [
+        (A, (200, Some("\"default\";r=2;t=60"), policy, None)),
+        (A, (200, Some("\"default\";r=1;t=120"), policy, None)),
+        (B, (200, Some("\"default\";r=2;t=60"), policy, None)), // its own bucket
+        (A, (200, Some("\"default\";r=0;t=180"), policy, None)),
+        (A, (429, Some("\"default\";r=0;t=180"), policy, Some("60"))),
+        (B, (200, Some("\"default\";r=1;t=120"), policy, None)),
+    ];
+    for (i, (client, want)) in rows.into_iter().enumerate() {
+        assert_eq!(row(&get(server, client).await), want, "request {i}");
     }
     serving.abort();
 }
