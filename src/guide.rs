@@ -13,6 +13,26 @@
 //!
 //! Sharing one quota across processes (Redis) is `tollgate-redis`'s guide.
 
+/// The guides' links to each other, for rustdoc. A guide's markdown links another by its file
+/// name, as a reference (`[the two rules][rules.md]`, with `[rules.md]: rules.md` at its foot),
+/// which a repository's web view follows. Each guide's docs start with these definitions of the
+/// same labels, and the first definition of a label is the one markdown keeps: rustdoc follows
+/// the module, the web view the file.
+macro_rules! guide_links {
+    () => {
+        "[waits.md]: crate::guide::waits\n\
+         [firmware.md]: crate::guide::firmware\n\
+         [keyed-and-http.md]: crate::guide::keyed_and_http\n\
+         [upstream.md]: crate::guide::upstream\n\
+         [streams.md]: crate::guide::streams\n\
+         [observability.md]: crate::guide::observability\n\
+         [rules.md]: crate::guide::rules\n\
+         [speed.md]: crate::guide::speed\n\
+         [design.md]: crate::guide::design\n"
+    };
+}
+
+#[doc = guide_links!()]
 #[cfg_attr(all(feature = "std", feature = "tokio", feature = "embedded-hal"), doc = include_str!("../docs/waits.md"))]
 #[cfg_attr(
     not(all(feature = "std", feature = "tokio", feature = "embedded-hal")),
@@ -20,9 +40,11 @@
 )]
 pub mod waits {}
 
+#[doc = guide_links!()]
 #[doc = include_str!("../docs/firmware.md")]
 pub mod firmware {}
 
+#[doc = guide_links!()]
 #[cfg_attr(feature = "keyed-table", doc = include_str!("../docs/keyed-and-http.md"))]
 #[cfg_attr(
     not(feature = "keyed-table"),
@@ -30,6 +52,7 @@ pub mod firmware {}
 )]
 pub mod keyed_and_http {}
 
+#[doc = guide_links!()]
 #[cfg_attr(feature = "tokio", doc = include_str!("../docs/upstream.md"))]
 #[cfg_attr(
     not(feature = "tokio"),
@@ -37,6 +60,7 @@ pub mod keyed_and_http {}
 )]
 pub mod upstream {}
 
+#[doc = guide_links!()]
 #[cfg_attr(feature = "tokio", doc = include_str!("../docs/streams.md"))]
 #[cfg_attr(
     not(feature = "tokio"),
@@ -44,6 +68,7 @@ pub mod upstream {}
 )]
 pub mod streams {}
 
+#[doc = guide_links!()]
 #[cfg_attr(feature = "std", doc = include_str!("../docs/observability.md"))]
 #[cfg_attr(
     not(feature = "std"),
@@ -51,11 +76,14 @@ pub mod streams {}
 )]
 pub mod observability {}
 
+#[doc = guide_links!()]
 #[doc = include_str!("../docs/rules.md")]
 pub mod rules {}
 
+#[doc = guide_links!()]
 #[doc = include_str!("../docs/speed.md")]
 pub mod speed {}
 
+#[doc = guide_links!()]
 #[doc = include_str!("../docs/design.md")]
 pub mod design {}

@@ -200,6 +200,10 @@
 
 #![no_std]
 #![cfg_attr(docsrs, feature(doc_cfg))]
+// Where other crates' docs link this one's items when its docs are not built beside them (a
+// sibling's docs built alone, as docs.rs builds them); `scripts/check-doc-links.sh` keeps the
+// version in step with Cargo.toml's.
+#![doc(html_root_url = "https://docs.rs/tollgate/0.1.0")]
 
 #[cfg(any(feature = "std", test, loom))]
 extern crate std;

@@ -7,7 +7,7 @@ use metrics::{counter, gauge, histogram, Counter, Gauge, Histogram, SharedString
 use super::Observe;
 use crate::Quota;
 
-/// An observer that sends each event to the [`metrics`] facade, labelled `limiter = <name>`:
+/// An observer that sends each event to the [`metrics`](https://docs.rs/metrics/0.24) facade, labelled `limiter = <name>`:
 ///
 /// | metric | kind | what |
 /// |---|---|---|

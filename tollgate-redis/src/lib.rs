@@ -89,6 +89,10 @@
 //!   node holding the key, whatever the state of the other nodes.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
+// Where other crates' docs link this one's items when its docs are not built beside them (a
+// sibling's docs built alone, as docs.rs builds them); `scripts/check-doc-links.sh` keeps the
+// version in step with Cargo.toml's.
+#![doc(html_root_url = "https://docs.rs/tollgate-redis/0.1.0")]
 
 pub mod acl;
 #[doc = include_str!("../docs/fleets.md")]

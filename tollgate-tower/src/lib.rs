@@ -51,6 +51,10 @@
 //! known.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
+// Where other crates' docs link this one's items when its docs are not built beside them (a
+// sibling's docs built alone, as docs.rs builds them); `scripts/check-doc-links.sh` keeps the
+// version in step with Cargo.toml's.
+#![doc(html_root_url = "https://docs.rs/tollgate-tower/0.1.0")]
 
 use core::fmt;
 use core::future::Future;
