@@ -23,11 +23,14 @@ crate::with_atomic64! {
     pub(crate) type Atomic64 = AtomicU64;
 }
 
-#[cfg(any(
-    test,
-    all(feature = "word64", not(any(loom, target_has_atomic = "64")))
-))]
+// The cell behind critical sections: tested on every host, built for the `u64` word where the
+// target has no 64-bit atomics.
+#[cfg(test)]
 mod critical;
+crate::without_atomic64! {
+    #[cfg(all(not(test), feature = "word64"))]
+    mod critical;
+}
 
 crate::without_atomic64! {
     #[cfg(feature = "word64")]

@@ -415,12 +415,12 @@ crate::with_word64! {
             cell.compare_exchange_weak(current, new, Ordering::Relaxed, Ordering::Relaxed)
                 .map(drop)
         }
-        #[cfg(not(any(loom, target_has_atomic = "64")))]
-        const IN_CRITICAL_SECTION: bool = true;
-        #[cfg(not(any(loom, target_has_atomic = "64")))]
-        #[inline(always)]
-        fn update<R>(cell: &Atomic64, transition: impl FnMut(u64) -> (Option<u64>, R)) -> R {
-            cell.update(transition)
+        crate::without_atomic64! {
+            const IN_CRITICAL_SECTION: bool = true;
+            #[inline(always)]
+            fn update<R>(cell: &Atomic64, transition: impl FnMut(u64) -> (Option<u64>, R)) -> R {
+                cell.update(transition)
+            }
         }
     }
 }

@@ -1,4 +1,4 @@
-//! Counted keyed limits, and the tower layer's [`Limit`](crate::layer::Limit) counted.
+//! Counted keyed limits (`tollgate-tower` counts its layers' `Limit` itself).
 
 use core::time::Duration;
 

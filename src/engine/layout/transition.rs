@@ -116,26 +116,27 @@ impl Layout {
         Ok((self.keep(self.add(now_units, short)), short))
     }
 
-    /// Takes `cost` units at `now_ticks` (`now_units` in units) without debt, or the denial
-    /// that carries what its wait needs: a transition for a CAS driver (`AdjustableBucket`'s,
-    /// which targets without 64-bit atomics do not build).
-    #[cfg_attr(not(target_has_atomic = "64"), allow(dead_code))]
-    #[inline]
-    pub(crate) fn take_now<C: Clock + ?Sized, W: Word>(
-        &self,
-        word: u64,
-        now_ticks: u64,
-        now_units: u64,
-        cost: u64,
-    ) -> Result<(u64, ()), Denied> {
-        let taken = if W::BITS == 64 {
-            self.wide_take().take(word, now_units, cost)
-        } else {
-            self.take_without_debt(word, now_units, cost)
-        };
-        match taken {
-            Ok(word) => Ok((word, ())),
-            Err(short) => Err(self.denied::<C>(now_ticks, short)),
+    crate::cfg_atomic64! { not, allow(dead_code);
+        /// Takes `cost` units at `now_ticks` (`now_units` in units) without debt, or the denial
+        /// that carries what its wait needs: a transition for a CAS driver (`AdjustableBucket`'s,
+        /// which targets without 64-bit atomics do not build).
+        #[inline]
+        pub(crate) fn take_now<C: Clock + ?Sized, W: Word>(
+            &self,
+            word: u64,
+            now_ticks: u64,
+            now_units: u64,
+            cost: u64,
+        ) -> Result<(u64, ()), Denied> {
+            let taken = if W::BITS == 64 {
+                self.wide_take().take(word, now_units, cost)
+            } else {
+                self.take_without_debt(word, now_units, cost)
+            };
+            match taken {
+                Ok(word) => Ok((word, ())),
+                Err(short) => Err(self.denied::<C>(now_ticks, short)),
+            }
         }
     }
 
