@@ -334,7 +334,7 @@ impl Answering {
             remaining,
             reset_secs,
         } = counts;
-        let counts = |prefix: &str| {
+        let fields = |prefix: &str| {
             [
                 (format!("{prefix}limit"), format!("{limit}")),
                 (format!("{prefix}remaining"), format!("{remaining}")),
@@ -351,8 +351,8 @@ impl Answering {
                 .into_iter()
                 .map(|(name, value)| (Some(HeaderName::from_static(name)), value)),
             ),
-            HeaderStyle::XRateLimit => Box::new(counts("x-ratelimit-").into_iter()),
-            HeaderStyle::Legacy => Box::new(counts("ratelimit-").into_iter()),
+            HeaderStyle::XRateLimit => Box::new(fields("x-ratelimit-").into_iter()),
+            HeaderStyle::Legacy => Box::new(fields("ratelimit-").into_iter()),
             HeaderStyle::RetryAfter => Box::new(core::iter::empty()),
         };
         retry
@@ -431,13 +431,13 @@ where
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         let kind = match self.limit.check(&request) {
             Ok(()) => {
-                let tell = self.answering.tells_allowed().then(|| {
-                    let level = self.limit.level(&request)?;
-                    Some((level, Arc::clone(&self.answering)))
-                });
+                let tell = match self.answering.tells_allowed() {
+                    true => self.limit.level(&request),
+                    false => None,
+                };
                 Kind::Inner {
                     future: self.inner.call(request),
-                    tell: tell.flatten(),
+                    tell: tell.map(|level| (level, Arc::clone(&self.answering))),
                 }
             }
             Err(limited) => Kind::Refused {
